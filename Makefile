@@ -1,0 +1,32 @@
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-all lint bench clean
+
+# torch is pinned first so that nothing later pulls a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/dragon demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider tests || $(BIN)/python -m pytest -q tests
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q -m 'not gpu' tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check dragon_dsl codegen training tests benchmarks
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_codec.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,29 @@
+"""Dragon: a compact, lossless script language for TVM MetaSchedule traces.
+
+>>> from dragon_dsl import parse, format
+>>> format('loops C->i, j')
+'loops C -> i, j\\n'
+"""
+
+from .api import Diagnostic, check, format, from_trace, to_trace
+from .ast import Program, Stmt
+from .errors import DragonError, DslSemanticError, DslSyntaxError, TraceError, UnsupportedError
+from .parser import parse
+from .tvm_bridge import trace_json
+
+__all__ = [
+    "Diagnostic",
+    "DragonError",
+    "DslSemanticError",
+    "DslSyntaxError",
+    "Program",
+    "Stmt",
+    "TraceError",
+    "UnsupportedError",
+    "check",
+    "format",
+    "from_trace",
+    "parse",
+    "to_trace",
+    "trace_json",
+]

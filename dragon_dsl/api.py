@@ -1,0 +1,189 @@
+"""The public functions: parse, format, from_trace, to_trace, check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .ast import Program
+from .codec import POSTPROC_SETS, decode_program, encode_insts
+from .errors import DragonError, DslSemanticError, DslSyntaxError, TraceError
+from .parser import parse
+from .printer import format_program
+from .tvm_bridge import Inst, insts_from_json, insts_from_trace, trace_from_insts
+
+__all__ = ["Diagnostic", "check", "format", "from_trace", "infer_postproc_set", "parse",
+           "to_trace"]
+
+
+def format(text_or_program: str | bytes | Program) -> str:  # noqa: A001  (the API's name)
+    """The canonical text of a script.
+
+    >>> format('loops C ->i,j\\nblock "C"->C')
+    'loops C -> i, j\\nblock "C" -> C\\n'
+    """
+    program = text_or_program if isinstance(text_or_program, Program) else \
+        parse(text_or_program)
+    return format_program(program)
+
+
+def infer_postproc_set(insts: list[Inst], target: Any = None) -> str:
+    """Which postprocessor set a trace was searched with, from the target when given, else
+    from the trace: tensor-core intrinsics mean cuda-tensorcore, thread bindings cuda."""
+    if target is not None:
+        from .replay import as_target
+
+        if as_target(target).kind.name != "cuda":
+            return "llvm"
+    tensor_core = bound = False
+    for inst in insts:
+        if inst.kind == "EnterPostproc":
+            break
+        key = inst.attrs[0] if inst.kind == "Annotate" and inst.attrs else None
+        if inst.kind == "Tensorize" or key in ("meta_schedule.auto_tensorize",):
+            tensor_core = True
+        if inst.kind == "Bind" or (isinstance(key, str) and "thread_extent" in key):
+            bound = True
+    if tensor_core:
+        return "cuda-tensorcore"
+    return "cuda" if bound or target is not None else "llvm"
+
+
+def _insts(trace) -> list[Inst]:
+    if isinstance(trace, list | tuple):  # trace JSON, as written by trace_json
+        return insts_from_json(trace)
+    return insts_from_trace(trace)
+
+
+def from_trace(trace, *, postproc: str = "explicit", postproc_set: str | None = None,
+               workload: Any = None, target: Any = None) -> str:
+    """A TVM Trace (or its typed JSON form) as a canonical script.
+
+    ``postproc="auto"`` replaces the instructions after EnterPostproc by ``postproc auto SET``.
+    SET is ``postproc_set`` when given, else inferred (``infer_postproc_set``).  Given a
+    workload and target, the elision is verified by regenerating the postprocessing, and the
+    explicit form is kept when it does not reproduce the trace exactly.
+    """
+    insts = _insts(trace)
+    if postproc == "auto" and postproc_set is None:
+        postproc_set = infer_postproc_set(insts, target)
+    text = format_program(encode_insts(insts, postproc=postproc, postproc_set=postproc_set))
+    if postproc == "auto" and workload is not None and target is not None and \
+            any(i.kind == "EnterPostproc" for i in insts):
+        from .tvm_bridge import trace_json
+
+        expected = trace_json(trace) if not isinstance(trace, list | tuple) else trace
+        try:
+            regenerated = to_trace(text, workload=workload, target=target)
+            if trace_json(regenerated) == expected:
+                return text
+        except DragonError:
+            pass
+        return format_program(encode_insts(insts, postproc="explicit"))
+    return text
+
+
+def _decode(text: str | bytes | Program):
+    program = text if isinstance(text, Program) else parse(text)
+    decoded = decode_program(program)
+    if decoded.errors:
+        raise decoded.errors[0]
+    return program, decoded
+
+
+def to_trace(text: str | bytes | Program, *, workload: Any = None, target: Any = None):
+    """Decode a script into the exact TVM Trace it stands for.
+
+    ``workload`` and ``target`` are needed only for ``postproc auto``.
+    """
+    program, decoded = _decode(text)
+    trace = _build(decoded.insts)
+    if decoded.postproc_set is None:
+        return trace
+    if workload is None or target is None:
+        raise DslSemanticError(
+            f"`postproc auto {decoded.postproc_set}` needs the workload and target to "
+            "regenerate the postprocessing: pass workload= and target=")
+    from .replay import apply_insts, regenerate_postproc
+
+    apply_insts(decoded.insts, trace, workload, program.source)
+    return regenerate_postproc(trace, workload, target, decoded.postproc_set)
+
+
+def _build(insts: list[Inst]):
+    try:
+        return trace_from_insts(insts)
+    except DragonError:
+        raise
+    except Exception as exc:  # noqa: BLE001  TVM rejects a malformed value
+        from .replay import _first_line
+
+        raise TraceError(f"TVM cannot build this trace: {_first_line(exc)}") from None
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One finding of ``check``: fields for tools, ``str()`` for people."""
+
+    stage: str  # "syntax", "semantic" or "apply"
+    message: str
+    line: int | None = None
+    column: int | None = None
+    expected: list[str] = field(default_factory=list)
+    snippet: str = ""
+    severity: str = "error"
+
+    def __str__(self) -> str:
+        where = f"{self.line}:{self.column}: " if self.line is not None else ""
+        text = f"{where}{self.severity}: {self.message}"
+        if self.expected:
+            text += "\n  expected one of: " + ", ".join(self.expected)
+        if self.snippet:
+            text += "\n" + "\n".join("  " + ln for ln in self.snippet.splitlines())
+        return text
+
+    def as_dict(self) -> dict:
+        return {"stage": self.stage, "severity": self.severity, "message": self.message,
+                "line": self.line, "column": self.column, "expected": self.expected}
+
+
+def _diagnostic(exc: DragonError, stage: str) -> Diagnostic:
+    return Diagnostic(stage, getattr(exc, "reason", str(exc)), getattr(exc, "line", None),
+                      getattr(exc, "column", None), list(getattr(exc, "expected", [])),
+                      getattr(exc, "snippet", ""))
+
+
+def check(text: str | bytes, *, workload: Any = None, target: Any = None) -> list[Diagnostic]:
+    """Everything wrong with a script: syntax, then semantics (undefined names, wrong arity,
+    types), then, given a workload, whether it applies to it.  Empty when clean.
+
+    >>> [d.message for d in check('loops C -> i')]
+    ["'C' is not defined"]
+    """
+    try:
+        program = parse(text)
+    except DslSyntaxError as exc:
+        return [_diagnostic(exc, "syntax")]
+    decoded = decode_program(program)
+    if decoded.errors:
+        return [_diagnostic(e, "semantic") for e in decoded.errors]
+    try:
+        trace = _build(decoded.insts)
+    except DragonError as exc:
+        return [_diagnostic(exc, "semantic")]
+    if workload is None:
+        return []
+    from .replay import apply_insts, regenerate_postproc
+
+    try:
+        apply_insts(decoded.insts, trace, workload, program.source)
+        if decoded.postproc_set is not None:
+            if target is None:
+                return [Diagnostic("apply", "`postproc auto` needs a target to check against")]
+            regenerate_postproc(trace, workload, target, decoded.postproc_set)
+    except DragonError as exc:
+        return [_diagnostic(exc, "apply")]
+    return []
+
+
+_ = POSTPROC_SETS

@@ -1,0 +1,388 @@
+"""Text -> AST: Lark's LALR parser over ``grammar/dragon.lark`` and a transformer.
+
+The parse tree is already the AST's shape: each ``s_<op>`` rule becomes one ``Stmt`` with
+``op``, positional ``args``, ``options`` and ``targets``; values become the plain objects of
+``dragon_dsl.ast``.  Parsing never evaluates anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import lark
+from lark import Token, Transformer, v_args
+
+from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt
+from .errors import DslSyntaxError
+from .grammar import grammar_text, option_keys, statement_options
+
+__all__ = ["parse", "parser"]
+
+_SUFFIX_DTYPES = {
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "f16": "float16", "f32": "float32", "f64": "float64", "b": "bool",
+}
+
+
+@functools.cache
+def parser() -> lark.Lark:
+    """The shared LALR parser (built once per process)."""
+    return lark.Lark(
+        grammar_text(),
+        parser="lalr",
+        lexer="contextual",
+        propagate_positions=True,
+        maybe_placeholders=False,
+    )
+
+
+def parse_number(text: str):
+    """A NUMBER token: ``0.25`` is a float; ``4i64``, ``1b``, ``0.5f32`` are typed immediates."""
+    for suffix in sorted(_SUFFIX_DTYPES, key=len, reverse=True):
+        if text.endswith(suffix) and not text.endswith("e" + suffix):
+            body, dtype = text[: -len(suffix)], _SUFFIX_DTYPES[suffix]
+            if dtype.startswith("float"):
+                return Imm(dtype, float(body))
+            if "." in body or "e" in body.lower():
+                raise ValueError(f"integer dtype {dtype} with a non-integer value {body!r}")
+            return Imm(dtype, int(body))
+    return float(text)
+
+
+class _Option:
+    __slots__ = ("key", "value")
+
+    def __init__(self, key: str, value) -> None:
+        self.key, self.value = key, value
+
+
+class _Outs(list):
+    pass
+
+
+class _Section(list):
+    def __init__(self, name: str, items) -> None:
+        super().__init__(items)
+        self.name = name
+
+
+def _resolve_ints(value, dtype: str, params: dict[str, IndexVar] | None = None):
+    """Inside expressions, bound names are index variables and a bare integer is an immediate
+    of its sibling operand's dtype (TVM requires both operands of a binary node to agree), or
+    of the context's default dtype when the sibling says nothing (see ``expr_dtype``)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return Imm(dtype, value)
+    if isinstance(value, Ref) and params and value.name in params:
+        return params[value.name]
+    if isinstance(value, Expr):
+        args = tuple(a if isinstance(a, int) and not isinstance(a, bool)
+                     else _resolve_ints(a, dtype, params) for a in value.args)
+        if value.op == "cast":
+            return Expr("cast", (_resolve_ints(args[0], dtype, params),), value.dtype)
+        resolved = []
+        for i, a in enumerate(args):
+            if isinstance(a, int) and not isinstance(a, bool):
+                sibling = args[1 - i] if len(args) == 2 else None
+                a = Imm(expr_dtype(sibling) or dtype, a)
+            resolved.append(a)
+        return Expr(value.op, tuple(resolved), value.dtype)
+    return value
+
+
+def expr_dtype(value) -> str | None:
+    """The dtype an operand shows in the text: known for index variables, casts and nodes over
+    them; unknown for literals and random variables."""
+    if isinstance(value, IndexVar):
+        return value.dtype
+    if isinstance(value, Expr):
+        if value.op == "cast":
+            return value.dtype
+        for a in value.args:
+            found = expr_dtype(a)
+            if found:
+                return found
+    return None
+
+
+@v_args(inline=True)
+class _ToAst(Transformer):
+    # ---- tokens --------------------------------------------------------------------
+    def INT(self, tok):
+        return int(tok)
+
+    def NUMBER(self, tok):
+        return parse_number(str(tok))
+
+    def STRING(self, tok):
+        return json.loads(str(tok))
+
+    def bool(self, tok):
+        return str(tok) == "true"
+
+    def NONE(self, tok):
+        return None
+
+    def buffer_kind(self, tok):
+        return str(tok)
+
+    def postproc_set(self, tok):
+        return str(tok)
+
+    def map_kw(self, tok):
+        return str(tok)
+
+    def call_op(self, tok):
+        return str(tok)
+
+    def DTYPE(self, tok):
+        return str(tok)
+
+    # ---- values --------------------------------------------------------------------
+    def name(self, tok):
+        return Ref(str(tok), tok.line, tok.column)
+
+    def outs(self, *names):
+        outs = _Outs(n.name for n in names)
+        outs.positions = [(n.line, n.column) for n in names]
+        return outs
+
+    def name_list(self, *items):
+        return tuple(items)
+
+    int_list = name_list
+    factor_list = name_list
+    list = name_list
+
+    def dict(self, *pairs):
+        return Dict(tuple(pairs))
+
+    def pair(self, key, value):
+        return (key, value)
+
+    def ann_key(self, tok):
+        if isinstance(tok, Token):  # a bare NAME means a meta_schedule annotation
+            return "meta_schedule." + str(tok)
+        return tok
+
+    def inputs(self, *values):
+        return _Section("inputs", values)
+
+    def attrs(self, *values):
+        return _Section("attrs", values)
+
+    # ---- expressions ---------------------------------------------------------------
+    def _binary(op):  # noqa: N805  (a helper that builds methods)
+        def method(self, a, b):
+            return Expr(op, (a, b))
+
+        return method
+
+    add = _binary("add")
+    sub = _binary("sub")
+    mul = _binary("mul")
+    floordiv = _binary("floordiv")
+    floormod = _binary("floormod")
+
+    def call(self, op, a, b):
+        return Expr({"truncdiv": "div", "truncmod": "mod"}.get(str(op), str(op)), (a, b))
+
+    def cast(self, dtype, value):
+        return Expr("cast", (value,), dtype)
+
+    def map_param(self, name, dtype=None):
+        return (str(name), dtype)
+
+    def index_map(self, kw, *items):
+        default = "int64" if str(kw) == "map64" else "int32"
+        params = [i for i in items if isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], str)]
+        results = [i for i in items if not (isinstance(i, tuple) and len(i) == 2
+                                            and isinstance(i[0], str))]
+        bound = {n: IndexVar(n, d or default) for n, d in params}
+        if len(bound) != len(params):
+            raise _UserError("an index map binds the same variable twice")
+        return IndexMapValue(
+            tuple(bound[n] for n, _ in params),
+            tuple(_resolve_ints(r, default, bound) for r in results),
+            default,
+        )
+
+    # ---- options (methods for every opt_<rule> are installed from the grammar) ------
+    def opt_probs(self, *values):
+        return _Option("probs", tuple(v if isinstance(v, Imm) else Imm("float32", float(v))
+                                      for v in values))
+
+    def start(self, *stmts):
+        return [s for s in stmts if isinstance(s, Stmt)]
+
+
+class _UserError(Exception):
+    pass
+
+
+def _statement(op: str, children: list, meta) -> Stmt:
+    stmt = Stmt(op, line=getattr(meta, "line", None), column=getattr(meta, "column", None))
+    for child in children:
+        if isinstance(child, _Option):
+            if child.key in stmt.options:
+                raise _UserError(f"option {child.key!r} given twice")
+            stmt.options[child.key] = child.value
+        elif isinstance(child, _Outs):
+            stmt.targets = list(child)
+            stmt.target_positions = child.positions
+        elif isinstance(child, _Section):
+            stmt.args.append(
+                [_resolve_ints(v, "int32") if isinstance(v, Expr) else v for v in child]
+            )
+        elif isinstance(child, Token) and child.type == "KIND":
+            stmt.op = str(child)
+        else:
+            stmt.args.append(child)
+    return stmt
+
+
+def _make_stmt_method(op: str):
+    @v_args(meta=True)
+    def method(self, meta, children):
+        return _statement(op, list(children), meta)
+
+    return method
+
+
+def _make_option_method(key: str):
+    def method(self, values):
+        return _Option(key, values[0] if len(values) == 1 else tuple(values))
+
+    return method
+
+
+def _install_rules() -> None:
+    for op in statement_options():
+        setattr(_ToAst, "s_" + op, _make_stmt_method(op))
+    for rule, key in option_keys().items():
+        if not hasattr(_ToAst, rule):
+            setattr(_ToAst, rule, _make_option_method(key))
+
+
+_install_rules()
+
+
+def parse(text: str | bytes) -> Program:
+    """Parse a script into a ``Program``.
+
+    >>> parse('block "C" -> C').statements[0].args
+    ['C']
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DslSyntaxError(f"the script is not UTF-8: {exc.reason} at byte {exc.start}",
+                                 line=1, column=1) from None
+    if not isinstance(text, str):
+        raise TypeError(f"Expected str or bytes but got text={type(text).__name__}")
+    source = text if text.endswith("\n") else text + "\n"
+    lines = source.split("\n")
+    try:
+        tree = parser().parse(source)
+        statements = _ToAst().transform(tree)
+        program = Program(statements, source=text)
+        _attach_comments(program, lines)
+    except lark.exceptions.UnexpectedInput as exc:
+        raise _syntax_error(exc, lines) from None
+    except lark.exceptions.VisitError as exc:
+        orig = exc.orig_exc
+        meta = getattr(exc.obj, "meta", None)
+        line = getattr(meta, "line", None) if meta is not None and not meta.empty else None
+        column = getattr(meta, "column", None) if line is not None else None
+        raise DslSyntaxError(
+            str(orig), line=line, column=column,
+            source_line=lines[line - 1] if line else None,
+        ) from None
+    return program
+
+
+def _attach_comments(program: Program, lines: list[str]) -> None:
+    """Full-line comments and blank lines go to the next statement's ``leading`` list; a
+    comment after a statement on its line goes to its ``comment``."""
+    by_line = {s.line: s for s in program.statements}
+    pending: list[str] = []
+    for number, raw in enumerate(lines[:-1], start=1):
+        stripped = raw.strip()
+        stmt = by_line.get(number)
+        if stmt is not None:
+            stmt.leading = pending
+            pending = []
+            hash_at = _comment_start(raw)
+            if hash_at is not None:
+                stmt.comment = raw[hash_at:].rstrip()
+        elif stripped.startswith("#"):
+            pending.append(stripped)
+        elif not stripped and pending[-1:] != [""]:
+            pending.append("")
+    if program.statements and program.statements[0].leading[:1] == [""]:
+        program.statements[0].leading.pop(0)
+    program.trailing = pending
+
+
+def _comment_start(line: str) -> int | None:
+    in_string = escaped = False
+    for i, ch in enumerate(line):
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch == "#":
+            return i
+    return None
+
+
+_TERMINAL_NAMES = {
+    "NAME": "a name", "INT": "an integer", "NUMBER": "a number", "STRING": "a string",
+    "NONE": "none",
+    "KIND": "@InstructionKind", "_NL": "end of line", "DTYPE": "a dtype such as int64",
+    "$END": "end of input",
+}
+
+
+def _expected_names(exc) -> list[str]:
+    names = []
+    p = parser()
+    for term in getattr(exc, "expected", None) or getattr(exc, "allowed", None) or []:
+        if term in _TERMINAL_NAMES:
+            names.append(_TERMINAL_NAMES[term])
+            continue
+        try:
+            pattern = p.get_terminal(term).pattern
+            names.append(repr(pattern.value) if pattern.type == "str" else term)
+        except KeyError:
+            names.append(term)
+    return names
+
+
+def _syntax_error(exc: lark.exceptions.UnexpectedInput, lines: list[str]) -> DslSyntaxError:
+    line = getattr(exc, "line", None)
+    column = getattr(exc, "column", None)
+    if line is None or line < 1:
+        line, column = len(lines), 1
+    source_line = lines[line - 1] if 0 < line <= len(lines) else ""
+    if isinstance(exc, lark.exceptions.UnexpectedCharacters):
+        found = source_line[column - 1 : column] or "end of line"
+        reason = f"unexpected character {found!r}"
+    elif isinstance(exc, lark.exceptions.UnexpectedToken):
+        tok = exc.token
+        reason = ("unexpected end of input" if tok.type == "$END"
+                  else "unexpected end of line" if tok.type == "_NL"
+                  else f"unexpected {str(tok)!r}")
+    else:
+        reason = "unexpected end of input"
+    return DslSyntaxError(reason, line=line, column=column, source_line=source_line,
+                          expected=_expected_names(exc))

@@ -1,0 +1,124 @@
+"""Replaying a decoded script on a workload: locating the statement where TVM refuses it, and
+regenerating the deterministic postprocessing that ``postproc auto SET`` stands for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import DragonError, DslSemanticError
+from .tvm_bridge import Inst
+
+__all__ = ["as_module", "as_target", "apply_insts", "regenerate_postproc"]
+
+
+def as_module(workload: Any):
+    """An IRModule from an IRModule, a PrimFunc, or any object with a ``mod`` attribute."""
+    import tvm
+
+    mod = getattr(workload, "mod", workload)
+    if isinstance(mod, tvm.tirx.PrimFunc):
+        return tvm.IRModule({"main": mod})
+    if isinstance(mod, tvm.IRModule):
+        return mod
+    raise TypeError(f"Expected an IRModule, PrimFunc or workload but got "
+                    f"workload={type(workload).__name__}")
+
+
+def as_target(target: Any):
+    """A Target from a Target, a tag or a JSON dict (or the short names "llvm", "cuda")."""
+    import tvm
+
+    if isinstance(target, tvm.target.Target):
+        return target
+    if target == "llvm":
+        target = {"kind": "llvm"}
+    if isinstance(target, str | dict):
+        try:
+            return tvm.target.Target(target)
+        except Exception as exc:  # noqa: BLE001  TVM's own error types
+            raise ValueError(f"Expected a target tag or JSON dict but got target={target!r}: "
+                             f"{_first_line(exc)}") from None
+    raise TypeError(f"Expected a Target, tag or JSON dict but got target={target!r}")
+
+
+def _first_line(exc: BaseException) -> str:
+    # TVM puts the useful sentence last ("ScheduleError: ...", "ValueError: ...").
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _locate(inst: Inst, lines: list[str], message: str) -> DslSemanticError:
+    line = inst.line
+    return DslSemanticError(
+        message, line=line, column=inst.column,
+        source_line=lines[line - 1] if line and line <= len(lines) else None)
+
+
+def apply_insts(insts: list[Inst], trace, workload: Any, source: str | None = None):
+    """Apply a decoded trace to a fresh schedule of the workload; a refusal becomes a
+    DslSemanticError at the statement that caused it.  Returns the Schedule."""
+    from tvm.s_tir.schedule import Schedule
+
+    lines = (source or "").split("\n")
+    mod = as_module(workload)
+    sch = Schedule(mod, debug_mask="all", error_render_level="detail")
+    position = {"index": -1}
+
+    def provider(inst, inputs, attrs, decision):
+        position["index"] += 1
+        current = insts[position["index"]]
+        if current.kind == "SamplePerfectTile" and decision is not None:
+            _check_tile(sch, inputs[0], decision, current, lines)
+        return decision
+
+    try:
+        trace.apply_to_schedule(sch, remove_postproc=False, decision_provider=provider)
+    except DslSemanticError:
+        raise
+    except Exception as exc:  # noqa: BLE001  TVM raises ScheduleError and friends
+        index = max(position["index"], 0)
+        inst = insts[index] if index < len(insts) else Inst("?", [], [])
+        raise _locate(inst, lines, f"the workload refuses {inst.kind}: {_first_line(exc)}") \
+            from None
+    return sch
+
+
+def _check_tile(sch, loop_rv, decision, inst: Inst, lines: list[str]) -> None:
+    import tvm
+
+    loop = sch.get(loop_rv)
+    if not isinstance(loop.extent, tvm.tirx.IntImm):
+        return
+    extent = int(loop.extent.value)
+    product = 1
+    for factor in decision:
+        product *= int(factor)
+    if product != extent or any(int(f) < 1 for f in decision):
+        raise _locate(inst, lines,
+                      f"tile factors {[int(f) for f in decision]} multiply to {product}, but the "
+                      f"loop {loop.loop_var.name!r} has extent {extent}")
+
+
+def regenerate_postproc(prefix_trace, workload: Any, target: Any, postproc_set: str):
+    """Run a postprocessor set on the schedule of the pre-postproc trace, as MetaSchedule does
+    after sampling; returns the full trace (prefix, EnterPostproc, postprocessing)."""
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Schedule
+
+    mod = as_module(workload)
+    tgt = as_target(target)
+    if postproc_set.startswith("cuda-tensorcore"):
+        import tvm.s_tir.tensor_intrin.cuda  # noqa: F401  (registers the intrinsics)
+    context = ms.TuneContext(
+        mod=mod, target=tgt,
+        space_generator=ms.space_generator.PostOrderApply(
+            sch_rules=[], postprocs=postproc_set, mutator_probs={}),
+        task_name="main", num_threads=1)
+    sch = Schedule(mod)
+    prefix_trace.apply_to_schedule(sch, remove_postproc=True)
+    sch.enter_postproc()
+    for postproc in context.space_generator.postprocs:
+        if not postproc.apply(sch):
+            raise DragonError(f"postprocessor {type(postproc).__name__} of the "
+                              f"{postproc_set!r} set rejects this schedule")
+    return sch.trace

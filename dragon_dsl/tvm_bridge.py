@@ -1,0 +1,350 @@
+"""The TVM side of the codec: Trace <-> a list of plain ``Inst`` records, and TVM values <->
+the script values of ``dragon_dsl.ast``.
+
+Every TVM type that a trace holds keeps its identity here: POD int vs IntImm (and its dtype)
+vs bool, FloatImm vs float, String, Array, Map, IndexMap with its variable names and dtypes,
+and random variables wired by identity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Ref
+from .errors import TraceError, UnsupportedError
+
+__all__ = [
+    "Inst",
+    "OUTPUT_TYPES",
+    "insts_from_json",
+    "insts_from_trace",
+    "trace_from_insts",
+    "trace_json",
+]
+
+# The type of every output of each instruction kind: "block", "loop" or "var".
+OUTPUT_TYPES: dict[str, str] = {
+    **dict.fromkeys(
+        ["GetSBlock", "GetChildBlocks", "GetProducers", "GetConsumers", "GetOutputBlocks",
+         "CacheRead", "CacheWrite", "CacheInplace", "CacheIndex", "ReIndex", "ReindexCacheRead",
+         "ReindexCacheWrite", "ReadAt", "WriteAt", "DecomposeReduction", "DecomposePadding",
+         "RFactor", "Blockize"], "block"),
+    **dict.fromkeys(
+        ["GetLoops", "Split", "LoopPartition", "Fuse", "Merge", "AddUnitLoop",
+         "SampleComputeLocation"], "loop"),
+    **dict.fromkeys(["SamplePerfectTile", "SamplePartitionedTile", "SampleCategorical"], "var"),
+}
+
+
+@dataclass
+class Inst:
+    """One instruction with its inputs, attrs and decision as script values.
+
+    ``outputs`` are names; ``output_type`` the kind of random variable they are.
+    """
+
+    kind: str
+    inputs: list[Any]
+    attrs: list[Any]
+    outputs: list[str] = field(default_factory=list)
+    decision: Any = None
+    output_type: str | None = None
+    line: int | None = field(default=None, compare=False)
+    column: int | None = field(default=None, compare=False)
+
+
+# ---- TVM -> values ---------------------------------------------------------------------
+
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "FloorDiv": "floordiv",
+           "FloorMod": "floormod", "Div": "div", "Mod": "mod", "Min": "min", "Max": "max"}
+
+
+def _tvm():
+    import tvm
+    from tvm.s_tir.schedule import LoopRV, SBlockRV
+
+    return tvm, SBlockRV, LoopRV
+
+
+class _Names:
+    """Random variables by object identity, named the way TVM's JSON names them."""
+
+    def __init__(self) -> None:
+        self.by_handle: dict[int, str] = {}
+
+    def add(self, obj, kind: str) -> str:
+        name = f"{kind[0]}{len(self.by_handle)}"  # b0, l1, v2: one counter, as in TVM
+        self.by_handle[obj.__chandle__()] = name
+        return name
+
+    def get(self, obj) -> str | None:
+        return self.by_handle.get(obj.__chandle__())
+
+
+def _expr_from_tvm(obj, params: dict[int, IndexVar], names, kind: str):
+    tvm, _, _ = _tvm()
+    if isinstance(obj, tvm.tirx.Var):
+        handle = obj.__chandle__()
+        if handle in params:
+            return params[handle]
+        name = names(obj)
+        if name is None:
+            raise UnsupportedError(f"{kind}: an expression uses the free variable "
+                                   f"{obj.name!r}", kind=kind)
+        return Ref(name)
+    if isinstance(obj, tvm.tirx.IntImm):
+        return Imm(str(obj.ty), int(obj.value))
+    if isinstance(obj, tvm.tirx.FloatImm):
+        return Imm(str(obj.ty), float(obj.value))
+    if isinstance(obj, tvm.tirx.Cast):
+        return Expr("cast", (_expr_from_tvm(obj.value, params, names, kind),), str(obj.ty))
+    op = _BINARY.get(type(obj).__name__)
+    if op is None:
+        raise UnsupportedError(
+            f"{kind}: the language has no form for the expression node "
+            f"{type(obj).__name__} ({obj})", kind=kind)
+    return Expr(op, (_expr_from_tvm(obj.a, params, names, kind),
+                     _expr_from_tvm(obj.b, params, names, kind)))
+
+
+def _index_map_from_tvm(obj, names, kind: str) -> IndexMapValue:
+    if obj.inverse_index_map is not None:
+        raise UnsupportedError(f"{kind}: index maps with a stored inverse are not supported",
+                               kind=kind)
+    params = {}
+    for var in obj.initial_indices:
+        params[var.__chandle__()] = IndexVar(str(var.name), str(var.ty))
+    results = tuple(_expr_from_tvm(e, params, names, kind) for e in obj.final_indices)
+    plist = tuple(params.values())
+    if len({p.name for p in plist}) != len(plist):
+        raise UnsupportedError(f"{kind}: an index map binds two variables of one name",
+                               kind=kind)
+    dtypes = [p.dtype for p in plist] + _imm_dtypes(results)
+    default = "int64" if dtypes.count("int64") > dtypes.count("int32") else "int32"
+    return IndexMapValue(plist, results, default)
+
+
+def _imm_dtypes(values) -> list[str]:
+    found = []
+    for v in values:
+        if isinstance(v, Imm):
+            found.append(v.dtype)
+        elif isinstance(v, Expr):
+            found.extend(_imm_dtypes(v.args))
+    return found
+
+
+def value_from_tvm(obj, names, kind: str):
+    """A TVM input, attr or decision as a script value; ``names(obj)`` names an RV or None."""
+    tvm, SBlockRV, LoopRV = _tvm()
+    if obj is None or isinstance(obj, bool | int | float):
+        return obj
+    if isinstance(obj, str):
+        return str(obj)
+    if isinstance(obj, SBlockRV | LoopRV | tvm.tirx.Var):
+        name = names(obj)
+        if name is None:
+            raise TraceError(f"{kind}: uses a random variable that no earlier instruction "
+                             f"defines")
+        return Ref(name)
+    if isinstance(obj, tvm.tirx.IntImm):
+        return Imm(str(obj.ty), int(obj.value))
+    if isinstance(obj, tvm.tirx.FloatImm):
+        return Imm(str(obj.ty), float(obj.value))
+    if isinstance(obj, tvm.tirx.IndexMap):
+        return _index_map_from_tvm(obj, names, kind)
+    if isinstance(obj, tvm.ir.Expr):
+        return _expr_from_tvm(obj, {}, names, kind)
+    if isinstance(obj, tvm.ir.Array | list | tuple):
+        return tuple(value_from_tvm(v, names, kind) for v in obj)
+    if isinstance(obj, tvm.ir.Map | dict):
+        return Dict(tuple((value_from_tvm(k, names, kind), value_from_tvm(v, names, kind))
+                          for k, v in obj.items()))
+    raise UnsupportedError(f"{kind}: the language has no form for a {type(obj).__name__}",
+                           kind=kind)
+
+
+def _output_type(obj) -> str:
+    tvm, SBlockRV, LoopRV = _tvm()
+    if isinstance(obj, SBlockRV):
+        return "block"
+    if isinstance(obj, LoopRV):
+        return "loop"
+    if isinstance(obj, tvm.tirx.Var):
+        return "var"
+    raise UnsupportedError(f"an instruction output of type {type(obj).__name__}")
+
+
+def insts_from_trace(trace) -> list[Inst]:
+    """A TVM Trace as Inst records; random variables are named b<N>, l<N>, v<N> like TVM."""
+    names = _Names()
+    insts = []
+    for inst in trace.insts:
+        kind = str(inst.kind.name)
+        inputs = [value_from_tvm(v, names.get, kind) for v in inst.inputs]
+        attrs = [value_from_tvm(v, names.get, kind) for v in inst.attrs]
+        decision = trace.get_decision(inst)
+        decision = None if decision is None else value_from_tvm(decision, names.get, kind)
+        types = {_output_type(o) for o in inst.outputs}
+        if len(types) > 1:
+            raise UnsupportedError(f"{kind}: outputs of mixed types", kind=kind)
+        output_type = types.pop() if types else OUTPUT_TYPES.get(kind)
+        outputs = [names.add(o, output_type) for o in inst.outputs]
+        insts.append(Inst(kind, inputs, attrs, outputs, decision, output_type))
+    return insts
+
+
+# ---- values -> TVM ---------------------------------------------------------------------
+
+def value_to_tvm(value, env: dict[str, Any], params: dict[str, Any] | None = None):
+    """A script value as the TVM object an instruction holds."""
+    tvm, _, _ = _tvm()
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Ref):
+        return env[value.name]
+    if isinstance(value, IndexVar):
+        return params[value.name]
+    if isinstance(value, Imm):
+        if value.dtype.startswith(("float", "bfloat")):
+            return tvm.tirx.FloatImm(value.dtype, float(value.value))
+        return tvm.tirx.IntImm(value.dtype, int(value.value))
+    if isinstance(value, tuple):
+        return [value_to_tvm(v, env, params) for v in value]
+    if isinstance(value, Dict):
+        return {value_to_tvm(k, env, params): value_to_tvm(v, env, params)
+                for k, v in value.items}
+    if isinstance(value, IndexMapValue):
+        variables = {p.name: tvm.tirx.Var(p.name, p.dtype) for p in value.params}
+        results = [value_to_tvm(r, env, variables) for r in value.results]
+        return tvm.tirx.IndexMap(list(variables.values()), results, None)
+    if isinstance(value, Expr):
+        args = [value_to_tvm(a, env, params) for a in value.args]
+        if value.op == "cast":
+            return tvm.tirx.Cast(value.dtype, args[0])
+        node = {v: k for k, v in _BINARY.items()}[value.op]
+        return getattr(tvm.tirx, node)(*args)
+    raise TypeError(f"Expected a script value but got {type(value).__name__}")
+
+
+def new_rv(output_type: str, name: str):
+    tvm, SBlockRV, LoopRV = _tvm()
+    if output_type == "block":
+        return SBlockRV()
+    if output_type == "loop":
+        return LoopRV()
+    return tvm.tirx.Var(name, "int32")  # TVM's ExprRVs are int32 variables
+
+
+def trace_from_insts(insts: list[Inst]):
+    """Build a TVM Trace from Inst records (names resolve to earlier outputs)."""
+    from tvm.s_tir.schedule import Instruction, InstructionKind, Trace
+
+    env: dict[str, Any] = {}
+    tvm_insts, decisions = [], {}
+    for inst in insts:
+        inputs = [value_to_tvm(v, env) for v in inst.inputs]
+        attrs = [value_to_tvm(v, env) for v in inst.attrs]
+        outputs = []
+        for name in inst.outputs:
+            rv = new_rv(inst.output_type or OUTPUT_TYPES.get(inst.kind, "block"), name)
+            env[name] = rv
+            outputs.append(rv)
+        made = Instruction(InstructionKind.get(inst.kind), inputs, attrs, outputs)
+        tvm_insts.append(made)
+        if inst.decision is not None:
+            decisions[made] = value_to_tvm(inst.decision, env)
+    return Trace(tvm_insts, decisions)
+
+
+# ---- typed JSON ------------------------------------------------------------------------
+
+def _jsonable(obj):
+    tvm, _, _ = _tvm()
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj if not isinstance(obj, str) else str(obj)
+    if isinstance(obj, tvm.tirx.IntImm):
+        return {"IntImm": [str(obj.ty), int(obj.value)]}
+    if isinstance(obj, tvm.tirx.FloatImm):
+        return {"FloatImm": [str(obj.ty), float(obj.value)]}
+    if isinstance(obj, tvm.tirx.IndexMap):
+        return tvm.ir.save_json(obj)
+    if isinstance(obj, tvm.ir.Array | list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, tvm.ir.Map | dict):
+        return {"Map": [[_jsonable(k), _jsonable(v)] for k, v in obj.items()]}
+    raise TypeError(f"cannot write {type(obj).__name__} as JSON")
+
+
+def trace_json(trace, remove_postproc: bool = False):
+    """``Trace.as_json()`` with IntImm/FloatImm written as ``{"IntImm": [dtype, value]}``, so
+    that it survives ``json.dumps``/``json.loads`` with every type intact."""
+    return _jsonable(trace.as_json(remove_postproc))
+
+
+def _from_json_value(obj, names: dict[str, str], kind: str, is_input: bool):
+    tvm, _, _ = _tvm()
+    if isinstance(obj, dict):
+        if set(obj) == {"IntImm"}:
+            dtype, v = obj["IntImm"]
+            return Imm(dtype, int(v))
+        if set(obj) == {"FloatImm"}:
+            dtype, v = obj["FloatImm"]
+            return Imm(dtype, float(v))
+        if set(obj) == {"Map"}:
+            return Dict(tuple((_from_json_value(k, names, kind, is_input),
+                               _from_json_value(v, names, kind, is_input))
+                              for k, v in obj["Map"]))
+        raise TraceError(f"{kind}: unexpected JSON object {obj!r}")
+    if isinstance(obj, list):
+        return tuple(_from_json_value(v, names, kind, is_input) for v in obj)
+    if isinstance(obj, str):
+        if obj.startswith("{") and obj.endswith("}"):
+            try:
+                index_map = tvm.ir.load_json(obj)
+            except Exception as exc:  # noqa: BLE001  TVM raises its own error types
+                raise TraceError(f"{kind}: an index map's JSON does not load: {exc}") from None
+            return _index_map_from_tvm(index_map, lambda var: names.get(str(var.name)), kind)
+        if not is_input:
+            return obj
+        if obj == "None":
+            return None
+        if len(obj) >= 2 and obj[0] == obj[-1] == '"':
+            return obj[1:-1]
+        if obj not in names:
+            raise TraceError(f"{kind}: uses {obj!r}, which no earlier instruction defines")
+        return Ref(obj)
+    return obj
+
+
+def insts_from_json(data) -> list[Inst]:
+    """Inst records from ``trace_json`` output (after a trip through a JSON file)."""
+    try:
+        json_insts, json_decisions = data
+        decisions = {}
+        for entry in json_decisions:
+            index, decision = entry
+            if isinstance(index, dict):
+                index = index["IntImm"][1]
+            decisions[int(index)] = decision
+    except (TypeError, ValueError, KeyError, IndexError) as exc:
+        raise TraceError(f"trace JSON must be [instructions, decisions]: {exc}") from None
+    names: dict[str, str] = {}
+    insts = []
+    for i, entry in enumerate(json_insts):
+        try:
+            kind, inputs, attrs, outputs = entry
+        except (TypeError, ValueError):
+            raise TraceError(f"instruction {i}: expected [kind, inputs, attrs, outputs] but got "
+                             f"{str(entry)[:80]}") from None
+        inputs = [_from_json_value(v, names, kind, True) for v in inputs]
+        attrs = [_from_json_value(v, names, kind, False) for v in attrs]
+        decision = decisions.get(i)
+        decision = None if decision is None else _from_json_value(decision, names, kind, False)
+        for name in outputs:
+            names[name] = name
+        output_type = {"b": "block", "l": "loop", "v": "var"}.get(outputs[0][:1]) if outputs \
+            else OUTPUT_TYPES.get(kind)
+        insts.append(Inst(kind, inputs, attrs, list(outputs), decision, output_type))
+    return insts

@@ -1,0 +1,1 @@
+"""The Dragon grammar, shipped as package data (``dragon_dsl._grammar``)."""

@@ -1,0 +1,1 @@
+"""Datasets, prompts, constrained sampling, SFT, RL and evaluation (later issues)."""
