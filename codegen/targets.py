@@ -8,14 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RULE_SETS", "TARGETS", "as_target", "default_rules", "postproc_set"]
+from dragon_dsl.replay import TARGETS, as_target
 
-# Short names for the targets the project searches on.  Both CUDA names use the H100 tag; which
-# rules run is chosen explicitly (see RULE_SETS), never silently from the arch.
-TARGETS: dict[str, Any] = {
-    "llvm": {"kind": "llvm", "num-cores": 2},
-    "cuda": "nvidia/nvidia-h100",
-}
+__all__ = ["RULE_SETS", "TARGETS", "as_target", "default_rules", "postproc_set"]
 
 # Rule set name -> postprocessor set name (Postproc.create kind).
 RULE_SETS: dict[str, str] = {
@@ -24,23 +19,6 @@ RULE_SETS: dict[str, str] = {
     "cuda-tensorcore": "cuda-tensorcore",
     "mma": "cuda-tensorcore",  # the tensor-core rules with the wmma tiling rule removed
 }
-
-
-def as_target(target: Any):
-    """Return a ``tvm.target.Target`` for a Target, tag, JSON dict or short name.
-
-    >>> as_target("llvm").kind.name
-    'llvm'
-    """
-    import tvm
-
-    if isinstance(target, tvm.target.Target):
-        return target
-    if isinstance(target, str) and target in TARGETS:
-        target = TARGETS[target]
-    if isinstance(target, str | dict):
-        return tvm.target.Target(target)
-    raise TypeError(f"Expected a Target, tag or JSON dict but got target={target!r}")
 
 
 def default_rules(target: Any) -> str:

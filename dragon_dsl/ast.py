@@ -32,6 +32,7 @@ __all__ = [
     "Ref",
     "Stmt",
     "Value",
+    "Word",
 ]
 
 
@@ -43,6 +44,12 @@ class Ref:
     name: str
     line: int | None = field(default=None, compare=False, hash=False, repr=False)
     column: int | None = field(default=None, compare=False, hash=False, repr=False)
+
+
+class Word(str):
+    """A bare keyword argument, such as ``read`` in ``reindex C read 0``."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt
 from .errors import DslSemanticError, UnsupportedError
 from .grammar import reserved_words
-from .statements import SPECS, SPECS_BY_KIND, Attr, Decision, In, NoFit, Rest, Spec
+from .statements import SPECS, SPECS_BY_KIND, Attr, In, NoFit, Rest, Spec
 from .tvm_bridge import OUTPUT_TYPES, Inst
 
 __all__ = ["ALL_KINDS", "POSTPROC_SETS", "decode_program", "encode_insts", "same_value"]

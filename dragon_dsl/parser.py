@@ -13,7 +13,7 @@ import json
 import lark
 from lark import Token, Transformer, v_args
 
-from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt
+from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt, Word
 from .errors import DslSyntaxError
 from .grammar import grammar_text, option_keys, statement_options
 
@@ -127,7 +127,7 @@ class _ToAst(Transformer):
         return None
 
     def buffer_kind(self, tok):
-        return str(tok)
+        return Word(tok)
 
     def postproc_set(self, tok):
         return str(tok)

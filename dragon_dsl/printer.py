@@ -12,7 +12,7 @@ import json
 import math
 import re
 
-from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt
+from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt, Word
 from .errors import UnsupportedError
 from .grammar import reserved_words, statement_options
 from .parser import expr_dtype
@@ -47,6 +47,8 @@ def format_value(value, *, dtype: str = "int32") -> str:
         return str(value)
     if isinstance(value, float):
         return _float(value)
+    if isinstance(value, Word):
+        return str(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=True)
     if isinstance(value, Ref):

@@ -8,7 +8,7 @@ from typing import Any
 from .errors import DragonError, DslSemanticError
 from .tvm_bridge import Inst
 
-__all__ = ["as_module", "as_target", "apply_insts", "regenerate_postproc"]
+__all__ = ["TARGETS", "as_module", "as_target", "apply_insts", "regenerate_postproc"]
 
 
 def as_module(workload: Any):
@@ -24,14 +24,22 @@ def as_module(workload: Any):
                     f"workload={type(workload).__name__}")
 
 
+# Short target names.  "cuda" is the H100 tag; which rules a search uses is a separate,
+# explicit choice (the postprocessor set of ``postproc auto``), never derived from the arch.
+TARGETS: dict[str, Any] = {
+    "llvm": {"kind": "llvm", "num-cores": 2},
+    "cuda": "nvidia/nvidia-h100",
+}
+
+
 def as_target(target: Any):
-    """A Target from a Target, a tag or a JSON dict (or the short names "llvm", "cuda")."""
+    """A Target from a Target, a tag, a JSON dict or a short name (``TARGETS``)."""
     import tvm
 
     if isinstance(target, tvm.target.Target):
         return target
-    if target == "llvm":
-        target = {"kind": "llvm"}
+    if isinstance(target, str) and target in TARGETS:
+        target = TARGETS[target]
     if isinstance(target, str | dict):
         try:
             return tvm.target.Target(target)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ast import Imm, IndexMapValue, Ref
+from .ast import Imm, IndexMapValue, Ref, Word
 
 __all__ = ["SPECS", "SPECS_BY_KIND", "Codec", "NoFit", "Spec"]
 
@@ -111,7 +111,7 @@ def _index_map(v):
 
 def _buffer_kind(v):
     _check(isinstance(v, Imm) and v.dtype == "int32" and v.value in (0, 1))
-    return ("read", "write")[v.value]
+    return Word(("read", "write")[v.value])
 
 
 def _ann_value(v):

@@ -269,7 +269,7 @@ def _jsonable(obj):
     if isinstance(obj, tvm.tirx.FloatImm):
         return {"FloatImm": [str(obj.ty), float(obj.value)]}
     if isinstance(obj, tvm.tirx.IndexMap):
-        return tvm.ir.save_json(obj)
+        return _tree_index_map_json(obj)
     if isinstance(obj, tvm.ir.Array | list | tuple):
         return [_jsonable(v) for v in obj]
     if isinstance(obj, tvm.ir.Map | dict):
@@ -277,10 +277,43 @@ def _jsonable(obj):
     raise TypeError(f"cannot write {type(obj).__name__} as JSON")
 
 
+def _tree_index_map_json(obj) -> str:
+    # TVM's JSON graph of an IndexMap also records which immutable expression nodes happen to
+    # be shared in memory.  That sharing carries no meaning (structural equality ignores it,
+    # and applying the map gives the same IR), so the comparison form writes every map as a
+    # tree.  Free variables are the trace's random variables, already named v<N> by as_json.
+    tvm, _, _ = _tvm()
+    value = _index_map_from_tvm(obj, lambda var: str(var.name), "IndexMap")
+    env = {ref.name: tvm.tirx.Var(ref.name, "int32") for ref in _free_refs(value)}
+    return tvm.ir.save_json(value_to_tvm(value, env))
+
+
+def _free_refs(value) -> list[Ref]:
+    found: list[Ref] = []
+
+    def walk(v):
+        if isinstance(v, Ref):
+            found.append(v)
+        elif isinstance(v, Expr):
+            for a in v.args:
+                walk(a)
+        elif isinstance(v, IndexMapValue):
+            for r in v.results:
+                walk(r)
+
+    walk(value)
+    return found
+
+
 def trace_json(trace, remove_postproc: bool = False):
-    """``Trace.as_json()`` with IntImm/FloatImm written as ``{"IntImm": [dtype, value]}``, so
-    that it survives ``json.dumps``/``json.loads`` with every type intact."""
-    return _jsonable(trace.as_json(remove_postproc))
+    """The comparison and file form of a trace: ``Trace.as_json()`` with IntImm/FloatImm written
+    as ``{"IntImm": [dtype, value]}`` and Maps as ``{"Map": [[k, v], ...]}`` so that it survives
+    ``json.dumps``/``json.loads`` with every type intact, and IndexMaps as tree-shaped JSON
+    graphs (see ``_tree_index_map_json``)."""
+    from tvm.s_tir.schedule import _ffi_api
+
+    # The FFI call, not Trace.as_json: the latter already turns IndexMaps into graph strings.
+    return _jsonable(_ffi_api.TraceAsJSON(trace, remove_postproc))
 
 
 def _from_json_value(obj, names: dict[str, str], kind: str, is_input: bool):
