@@ -206,35 +206,43 @@ def _count_uses(insts: list[Inst]) -> dict[str, int]:
     return uses
 
 
+# Sampling kind -> (merged statement, number of int32 attrs after ``n``).
+_TILES = {"SamplePerfectTile": ("tile", 1), "SamplePartitionedTile": ("partitioned_tile", 2)}
+
+
 def _tile(insts: list[Inst], i: int, uses: dict[str, int], namer: _Namer) -> Stmt | None:
-    """SamplePerfectTile immediately consumed, whole and only, by the Split after it."""
+    """A tile sample immediately consumed, whole and in order, by the Split after it."""
     if i + 1 >= len(insts):
         return None
     sample, split = insts[i], insts[i + 1]
-    if sample.kind != "SamplePerfectTile" or split.kind != "Split":
+    if sample.kind not in _TILES or split.kind != "Split":
         return None
+    op, n_extra = _TILES[sample.kind]
     if not (len(sample.inputs) == 1 and isinstance(sample.inputs[0], Ref)
-            and isinstance(sample.decision, tuple) and len(sample.attrs) == 2
+            and isinstance(sample.decision, tuple) and len(sample.attrs) == 1 + n_extra
             and same_value(sample.attrs[0], Imm("int32", len(sample.outputs)))
-            and isinstance(sample.attrs[1], Imm) and sample.attrs[1].dtype == "int32"
+            and all(isinstance(a, Imm) and a.dtype == "int32" for a in sample.attrs[1:])
             and len(sample.decision) == len(sample.outputs)
             and all(isinstance(d, int) and not isinstance(d, bool) for d in sample.decision)):
         return None
     if split.inputs[:1] != sample.inputs or \
             tuple(split.inputs[1:]) != tuple(Ref(n) for n in sample.outputs):
         return None
-    if any(uses.get(n, 0) != 1 for n in sample.outputs):
-        return None
     stmt = _encode_spec(SPECS["split"], split, ["_"] * len(split.outputs))
     if stmt is None:
         return None
     options = {}
-    if sample.attrs[1].value != _DEFAULT_MAX_INNER:
+    if op == "partitioned_tile":
+        options["partition_pos"] = sample.attrs[1].value
+        options["innerpart_factor"] = sample.attrs[2].value
+    elif sample.attrs[1].value != _DEFAULT_MAX_INNER:
         options["max_inner"] = sample.attrs[1].value
     options.update(stmt.options)
     loop = namer.rename(sample.inputs[0])
     targets = [namer.define(n, "loop") for n in split.outputs]
-    return Stmt("tile", [loop, sample.decision], options, targets)
+    if any(uses.get(n, 0) != 1 for n in sample.outputs):  # later statements use the factors
+        options["factors"] = tuple(namer.define(n, "var") for n in sample.outputs)
+    return Stmt(op, [loop, sample.decision], options, targets)
 
 
 def encode_insts(insts: list[Inst], *, postproc: str = "explicit",
@@ -364,7 +372,7 @@ class _Decoder:
                 self.out.postproc_set = stmt.args[0]
             self.out.insts.append(Inst("EnterPostproc", [], []))
             return
-        if stmt.op == "tile":
+        if stmt.op in ("tile", "partitioned_tile"):
             self.tile(stmt)
             return
         if stmt.op.startswith("@"):
@@ -469,16 +477,37 @@ class _Decoder:
             raise self.error("tile needs at least one factor", stmt.line, stmt.column)
         self.counter += 1
         hidden = [f"%tile{self.counter}.{k}" for k in range(len(factors))]
-        max_inner = stmt.options.get("max_inner", _DEFAULT_MAX_INNER)
+        named = stmt.options.get("factors")
+        if named is not None and len(named) != len(factors):
+            raise self.error(f"tile names {len(named)} factors but samples {len(factors)}",
+                             stmt.line, stmt.column)
+        if stmt.op == "tile":
+            kind = "SamplePerfectTile"
+            extra = [stmt.options.get("max_inner", _DEFAULT_MAX_INNER)]
+        else:
+            kind = "SamplePartitionedTile"
+            extra = [stmt.options["partition_pos"], stmt.options["innerpart_factor"]]
         self.out.insts.append(Inst(
-            "SamplePerfectTile", [loop], [Imm("int32", len(factors)), Imm("int32", max_inner)],
+            kind, [loop], [Imm("int32", len(factors))] + [Imm("int32", v) for v in extra],
             hidden, tuple(factors), "var"))
+        sample_keys = ("max_inner", "factors", "partition_pos", "innerpart_factor")
         split = Stmt("split", [loop, tuple(Ref(h) for h in hidden)],
-                     {k: v for k, v in stmt.options.items() if k != "max_inner"},
+                     {k: v for k, v in stmt.options.items() if k not in sample_keys},
                      stmt.targets, stmt.target_positions, stmt.line, stmt.column)
         for h in hidden:
             self.env[h] = _Binding("var", stmt.line)
         self.out.insts.append(self.spec(SPECS["split"], split))
+        if named is not None:  # bind the user's names to the sampled factors
+            for name in named:
+                if name in self.env:
+                    raise self.error(f"{name!r} is already defined on line "
+                                     f"{self.env[name].line}", stmt.line, stmt.column)
+            sample = self.out.insts[-2]
+            sample.outputs = list(named)
+            self.out.insts[-1].inputs[1:] = [Ref(n) for n in named]
+            for name, h in zip(named, hidden):
+                self.env[name] = _Binding("var", stmt.line)
+                del self.env[h]
 
 
 def _distance(a: str, b: str) -> int:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
 import lark
 from lark import Token, Transformer, v_args
 
 from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt, Word
 from .errors import DslSyntaxError
+from .statements import annotation_key
 from .grammar import grammar_text, option_keys, statement_options
 
 __all__ = ["parse", "parser"]
 
+_RANGE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*?)(0|[1-9][0-9]*)\Z")
 _SUFFIX_DTYPES = {
     "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
     "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
@@ -59,6 +62,10 @@ class _Option:
 
 
 class _Outs(list):
+    pass
+
+
+class _RangeList(list):
     pass
 
 
@@ -145,17 +152,35 @@ class _ToAst(Transformer):
     def name(self, tok):
         return Ref(str(tok), tok.line, tok.column)
 
-    def outs(self, *names):
+    def outs(self, *items):
+        names = [n for item in items for n in (item if isinstance(item, _RangeList) else [item])]
         outs = _Outs(n.name for n in names)
         outs.positions = [(n.line, n.column) for n in names]
         return outs
 
+    def name_range(self, first, last):
+        a, b = _RANGE.match(first.name), _RANGE.match(last.name)
+        if not (a and b and a.group(1) == b.group(1) and int(a.group(2)) < int(b.group(2))):
+            raise _UserError(f"{first.name}..{last.name} is not a range: expected the same "
+                             "prefix and increasing numbers, as in l3..l6")
+        prefix, start, stop = a.group(1), int(a.group(2)), int(b.group(2))
+        if stop - start > 4096:
+            raise _UserError(f"{first.name}..{last.name} is longer than 4096 names")
+        return _RangeList(Ref(f"{prefix}{k}", first.line, first.column)
+                          for k in range(start, stop + 1))
+
+    def tile_factors(self, outs):
+        return _Option("factors", tuple(outs))
+
     def name_list(self, *items):
-        return tuple(items)
+        return tuple(x for item in items for x in (item if isinstance(item, _RangeList)
+                                                   else [item]))
 
     int_list = name_list
     factor_list = name_list
-    list = name_list
+
+    def list(self, *items):
+        return tuple(items)
 
     def dict(self, *pairs):
         return Dict(tuple(pairs))
@@ -164,8 +189,8 @@ class _ToAst(Transformer):
         return (key, value)
 
     def ann_key(self, tok):
-        if isinstance(tok, Token):  # a bare NAME means a meta_schedule annotation
-            return "meta_schedule." + str(tok)
+        if isinstance(tok, Token):  # a bare key: see statements.annotation_key
+            return annotation_key(str(tok))
         return tok
 
     def inputs(self, *values):
@@ -237,6 +262,8 @@ def _statement(op: str, children: list, meta) -> Stmt:
             stmt.args.append(
                 [_resolve_ints(v, "int32") if isinstance(v, Expr) else v for v in child]
             )
+        elif isinstance(child, _RangeList):
+            stmt.args.extend(child)
         elif isinstance(child, Token) and child.type == "KIND":
             stmt.op = str(child)
         else:

@@ -16,6 +16,7 @@ from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt, W
 from .errors import UnsupportedError
 from .grammar import reserved_words, statement_options
 from .parser import expr_dtype
+from .statements import PLAIN_ANNOTATION_KEYS, SPECS
 
 __all__ = ["format_program", "format_statement", "format_value"]
 
@@ -132,8 +133,40 @@ def _name(name: str) -> str:
 
 # ---- statements ------------------------------------------------------------------------
 
+_NUMBERED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*?)(0|[1-9][0-9]*)\Z")
+
+
+def _names(names) -> str:
+    """Names, with runs of three or more numbered names written as ranges (l3..l6)."""
+    parts, i = [], 0
+    names = [_name(n) for n in names]
+    while i < len(names):
+        m = _NUMBERED.match(names[i])
+        j = i
+        if m:
+            prefix, start = m.group(1), int(m.group(2))
+            while j + 1 < len(names) and names[j + 1] == f"{prefix}{start + j + 1 - i}":
+                j += 1
+        if j - i >= 2:
+            parts.append(f"{names[i]}..{names[j]}")
+        else:
+            parts.extend(names[i : j + 1])
+        i = j + 1
+    return ", ".join(parts)
+
+
 def _targets(stmt: Stmt) -> str:
-    return " -> " + ", ".join(_name(t) for t in stmt.targets) if stmt.targets else ""
+    return " -> " + _names(stmt.targets) if stmt.targets else ""
+
+
+def print_tile(stmt: Stmt) -> str:
+    loop, factors = stmt.args
+    options = {k: v for k, v in stmt.options.items() if k != "factors"}
+    text = " ".join([stmt.op, _arg(loop), _arg(factors)] +
+                    _options(Stmt(stmt.op, [], options))) + _targets(stmt)
+    if "factors" in stmt.options:
+        text += " factors " + _names(stmt.options["factors"])
+    return text
 
 
 def _options(stmt: Stmt) -> list[str]:
@@ -158,16 +191,35 @@ def _option_value(key: str, value) -> str:
 
 
 def _arg(value) -> str:
-    if isinstance(value, tuple):
-        return "[" + ", ".join(_arg(v) for v in value) + "]"
-    return format_value(value)
+    if not isinstance(value, tuple):
+        return format_value(value)
+    # Runs of numbered names print as ranges; other items one by one.
+    parts: list[str] = []
+    run: list[str] = []
+    for item in value:
+        if isinstance(item, Ref):
+            run.append(item.name)
+            continue
+        if run:
+            parts.append(_names(run))
+            run = []
+        parts.append(_arg(item))
+    if run:
+        parts.append(_names(run))
+    return "[" + ", ".join(parts) + "]"
+
+
+_KEYWORD_KEYS = ("parallel", "vectorize", "unroll")
 
 
 def _ann_key(key: str) -> str:
-    # A bare key stands for a MetaSchedule annotation; any other key is a string.
+    # Bare when the bare spelling reads back as this key (statements.annotation_key).
+    if key in PLAIN_ANNOTATION_KEYS:
+        return key
     prefix = "meta_schedule."
     short = key[len(prefix):] if key.startswith(prefix) else None
-    if short is not None and _IDENT.match(short) and short not in reserved_words():
+    if short is not None and short not in PLAIN_ANNOTATION_KEYS and _IDENT.match(short) and \
+            (short not in reserved_words() or short in _KEYWORD_KEYS):
         return short
     return format_value(key)
 
@@ -180,6 +232,9 @@ def print_annotate(stmt: Stmt) -> str:
 def print_unannotate(stmt: Stmt) -> str:
     target, key = stmt.args
     return f"unannotate {_arg(target)} {_ann_key(key)}"
+
+
+print_partitioned_tile = print_tile
 
 
 def print_postproc(stmt: Stmt) -> str:
@@ -202,7 +257,12 @@ def format_statement(stmt: Stmt) -> str:
     printer = globals().get(f"print_{stmt.op}")
     if printer is not None:
         return printer(stmt)
-    parts = [stmt.op] + [_arg(a) for a in stmt.args] + _options(stmt)
+    spec = SPECS.get(stmt.op)
+    if spec is not None and spec.spread:  # reorder l1..l4 l9
+        args = [_names([a.name for a in stmt.args]).replace(", ", " ")]
+    else:
+        args = [_arg(a) for a in stmt.args]
+    parts = [stmt.op] + args + _options(stmt)
     return " ".join(parts) + _targets(stmt)
 
 

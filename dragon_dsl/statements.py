@@ -18,7 +18,21 @@ from typing import Any
 
 from .ast import Imm, IndexMapValue, Ref, Word
 
-__all__ = ["SPECS", "SPECS_BY_KIND", "Codec", "NoFit", "Spec"]
+__all__ = ["PLAIN_ANNOTATION_KEYS", "SPECS", "SPECS_BY_KIND", "Codec", "NoFit", "Spec",
+           "annotation_key"]
+
+# Annotation keys that MetaSchedule writes without the "meta_schedule." prefix; written bare,
+# they mean themselves.  Any other bare key means "meta_schedule.<key>".
+PLAIN_ANNOTATION_KEYS = frozenset({
+    "software_pipeline_stage", "software_pipeline_order", "software_pipeline_async_stages",
+    "permuted_layout", "warp_execution", "vector_bytes", "pragma_auto_unroll_max_step",
+    "pragma_unroll_explicit", "double_buffer_scope", "pragma_import_c", "layout_free_buffers",
+})
+
+
+def annotation_key(bare: str) -> str:
+    """The TVM annotation key a bare key in a script stands for."""
+    return bare if bare in PLAIN_ANNOTATION_KEYS else "meta_schedule." + bare
 
 
 class NoFit(Exception):
@@ -303,4 +317,4 @@ SPECS: dict[str, Spec] = {s.op: s for s in [
 SPECS_BY_KIND: dict[str, Spec] = {s.kind: s for s in SPECS.values()}
 
 # Statements that are not one row of SPECS: handled by the codec itself.
-SPECIAL_OPS = ("tile", "postproc", "general")
+SPECIAL_OPS = ("tile", "partitioned_tile", "postproc", "general")
