@@ -188,10 +188,19 @@ def transpose(m=64, n=128, k=8, axes="2,0,1"):
     return [x, topi.transpose(x, [int(a) for a in axes.split(",")])]
 
 
-FAMILIES: dict[str, Callable[..., list]] = {
+def tvm(name="GMM", index=0):
+    """One of TVM's own standard MetaSchedule test workloads (te_workload.CONFIGS)."""
+    from tvm.s_tir.meta_schedule.testing import te_workload
+
+    if name not in te_workload.CONFIGS:
+        raise ValueError(f"Expected one of {sorted(te_workload.CONFIGS)} but got name={name!r}")
+    return te_workload.create_te_workload(name, index)
+
+
+FAMILIES: dict[str, Callable[..., Any]] = {
     f.__name__: f
     for f in (matmul, batch_matmul, gemv, conv1d, conv2d, conv3d, depthwise_conv2d,
-              conv2d_transpose, pool2d, softmax, layer_norm, reduce, elementwise, transpose)
+              conv2d_transpose, pool2d, softmax, layer_norm, reduce, elementwise, transpose, tvm)
 }
 
 _SPEC = re.compile(r"^\s*([a-z_][a-z0-9_]*)\s*(?:\((.*)\))?\s*$")
@@ -240,9 +249,14 @@ def workload(spec: str) -> Workload:
     from tvm import te
 
     family, kwargs = parse_spec(spec)
+    layout_free = kwargs.pop("layout_free", None)
     try:
-        tensors = FAMILIES[family](**kwargs)
+        made = FAMILIES[family](**kwargs)
     except TypeError as exc:
         raise ValueError(f"Bad arguments for workload family {family!r}: {exc}") from None
-    func = te.create_prim_func(tensors)
+    func = made if isinstance(made, tvm.tirx.PrimFunc) else te.create_prim_func(made)
+    if layout_free is not None:
+        # Mark a parameter (a weight) as layout-free, as Relax does for constants: on llvm,
+        # MetaSchedule's RewriteLayout postprocessor then rewrites its layout.
+        func = func.with_attr("layout_free_buffers", [int(layout_free)])
     return Workload(spec, tvm.IRModule({"main": func}))

@@ -81,11 +81,13 @@ class Expr:
 
 @dataclass(frozen=True)
 class IndexMapValue:
-    """An IndexMap: bound variables, result expressions and its default integer dtype."""
+    """An IndexMap: bound variables, result expressions, its default integer dtype, and the
+    inverse map TVM stores with some maps."""
 
     params: tuple[IndexVar, ...]
     results: tuple
     dtype: str = "int32"
+    inverse: IndexMapValue | None = None
 
 
 @dataclass(frozen=True)

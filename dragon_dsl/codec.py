@@ -62,7 +62,7 @@ def _map_refs(value, fn):
         return Expr(value.op, tuple(_map_refs(a, fn) for a in value.args), value.dtype)
     if isinstance(value, IndexMapValue):
         return IndexMapValue(value.params, tuple(_map_refs(r, fn) for r in value.results),
-                             value.dtype)
+                             value.dtype, _map_refs(value.inverse, fn))
     return value
 
 
@@ -76,6 +76,8 @@ def _index_var_names(value) -> set[str]:
     names: set[str] = set()
     if isinstance(value, IndexMapValue):
         names.update(p.name for p in value.params)
+        if value.inverse is not None:
+            names |= _index_var_names(value.inverse)
     elif isinstance(value, tuple):
         for v in value:
             names |= _index_var_names(v)

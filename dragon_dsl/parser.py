@@ -69,6 +69,29 @@ class _RangeList(list):
     pass
 
 
+class _Param(tuple):
+    def __new__(cls, name: str, dtype: str | None):
+        return super().__new__(cls, (name, dtype))
+
+
+class _MapBody(tuple):
+    def __new__(cls, params, results):
+        return super().__new__(cls, (params, results))
+
+
+def _build_map(body: _MapBody, default: str, inverse=None) -> IndexMapValue:
+    params, results = body
+    bound = {n: IndexVar(n, d or default) for n, d in params}
+    if len(bound) != len(params):
+        raise _UserError("an index map binds the same variable twice")
+    return IndexMapValue(
+        tuple(bound[n] for n, _ in params),
+        tuple(_resolve_ints(r, default, bound) for r in results),
+        default,
+        inverse,
+    )
+
+
 class _Section(list):
     def __init__(self, name: str, items) -> None:
         super().__init__(items)
@@ -218,22 +241,17 @@ class _ToAst(Transformer):
     def cast(self, dtype, value):
         return Expr("cast", (value,), dtype)
 
-    def map_param(self, name, dtype=None):
-        return (str(name), dtype)
+    def map_body(self, *items):
+        params = [i for i in items if isinstance(i, _Param)]
+        results = [i for i in items if not isinstance(i, _Param)]
+        return _MapBody(params, results)
 
-    def index_map(self, kw, *items):
+    def map_param(self, name, dtype=None):
+        return _Param(str(name), dtype)
+
+    def index_map(self, kw, body, inverse=None):
         default = "int64" if str(kw) == "map64" else "int32"
-        params = [i for i in items if isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], str)]
-        results = [i for i in items if not (isinstance(i, tuple) and len(i) == 2
-                                            and isinstance(i[0], str))]
-        bound = {n: IndexVar(n, d or default) for n, d in params}
-        if len(bound) != len(params):
-            raise _UserError("an index map binds the same variable twice")
-        return IndexMapValue(
-            tuple(bound[n] for n, _ in params),
-            tuple(_resolve_ints(r, default, bound) for r in results),
-            default,
-        )
+        return _build_map(body, default, _build_map(inverse, default) if inverse else None)
 
     # ---- options (methods for every opt_<rule> are installed from the grammar) ------
     def opt_probs(self, *values):

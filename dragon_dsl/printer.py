@@ -118,11 +118,16 @@ def _index_map(value: IndexMapValue) -> str:
     kw = {"int32": "map", "int64": "map64"}.get(value.dtype)
     if kw is None:
         raise UnsupportedError(f"index maps default to int32 or int64, not {value.dtype!r}")
+    return f"{kw}({_map_body(value, value.dtype)}" + \
+        (f"; {_map_body(value.inverse, value.dtype)})" if value.inverse else ")")
+
+
+def _map_body(value: IndexMapValue, dtype: str) -> str:
     params = ", ".join(
-        p.name if p.dtype == value.dtype else f"{p.name}: {p.dtype}" for p in value.params
+        p.name if p.dtype == dtype else f"{p.name}: {p.dtype}" for p in value.params
     )
-    results = ", ".join(_expr(r, value.dtype) for r in value.results)
-    return f"{kw}({params} => {results})"
+    results = ", ".join(_expr(r, dtype) for r in value.results)
+    return f"{params} => {results}"
 
 
 def _name(name: str) -> str:

@@ -108,10 +108,7 @@ def _expr_from_tvm(obj, params: dict[int, IndexVar], names, kind: str):
                      _expr_from_tvm(obj.b, params, names, kind)))
 
 
-def _index_map_from_tvm(obj, names, kind: str) -> IndexMapValue:
-    if obj.inverse_index_map is not None:
-        raise UnsupportedError(f"{kind}: index maps with a stored inverse are not supported",
-                               kind=kind)
+def _index_map_from_tvm(obj, names, kind: str, default: str | None = None) -> IndexMapValue:
     params = {}
     for var in obj.initial_indices:
         params[var.__chandle__()] = IndexVar(str(var.name), str(var.ty))
@@ -120,9 +117,16 @@ def _index_map_from_tvm(obj, names, kind: str) -> IndexMapValue:
     if len({p.name for p in plist}) != len(plist):
         raise UnsupportedError(f"{kind}: an index map binds two variables of one name",
                                kind=kind)
-    dtypes = [p.dtype for p in plist] + _imm_dtypes(results)
-    default = "int64" if dtypes.count("int64") > dtypes.count("int32") else "int32"
-    return IndexMapValue(plist, results, default)
+    if default is None:
+        dtypes = [p.dtype for p in plist] + _imm_dtypes(results)
+        default = "int64" if dtypes.count("int64") > dtypes.count("int32") else "int32"
+    inverse = None
+    if obj.inverse_index_map is not None:
+        if obj.inverse_index_map.inverse_index_map is not None:
+            raise UnsupportedError(f"{kind}: an inverse index map with an inverse of its own",
+                                   kind=kind)
+        inverse = _index_map_from_tvm(obj.inverse_index_map, names, kind, default)
+    return IndexMapValue(plist, results, default, inverse)
 
 
 def _imm_dtypes(values) -> list[str]:
@@ -218,7 +222,8 @@ def value_to_tvm(value, env: dict[str, Any], params: dict[str, Any] | None = Non
     if isinstance(value, IndexMapValue):
         variables = {p.name: tvm.tirx.Var(p.name, p.dtype) for p in value.params}
         results = [value_to_tvm(r, env, variables) for r in value.results]
-        return tvm.tirx.IndexMap(list(variables.values()), results, None)
+        inverse = value_to_tvm(value.inverse, env) if value.inverse is not None else None
+        return tvm.tirx.IndexMap(list(variables.values()), results, inverse)
     if isinstance(value, Expr):
         args = [value_to_tvm(a, env, params) for a in value.args]
         if value.op == "cast":
@@ -300,6 +305,8 @@ def _free_refs(value) -> list[Ref]:
         elif isinstance(v, IndexMapValue):
             for r in v.results:
                 walk(r)
+            if v.inverse is not None:
+                walk(v.inverse)
 
     walk(value)
     return found
