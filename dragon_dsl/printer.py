@@ -127,7 +127,7 @@ def _map_body(value: IndexMapValue, dtype: str) -> str:
         p.name if p.dtype == dtype else f"{p.name}: {p.dtype}" for p in value.params
     )
     results = ", ".join(_expr(r, dtype) for r in value.results)
-    return f"{params} => {results}"
+    return f"{params} => {results}".strip()
 
 
 def _name(name: str) -> str:

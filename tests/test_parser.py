@@ -1,0 +1,83 @@
+"""Parsing: structured syntax errors, and no input that crashes or hangs the parser."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.lark import from_lark
+
+import dragon_dsl
+from dragon_dsl import DragonError, DslSyntaxError, check, parse
+from dragon_dsl.parser import parser
+
+
+def test_syntax_error_carries_position_snippet_and_expectations():
+    text = 'block "C" -> C\nloops C -> l0, \n'
+    with pytest.raises(DslSyntaxError) as info:
+        parse(text)
+    err = info.value
+    assert (err.line, err.column) == (2, 16)
+    assert err.source_line == "loops C -> l0, "
+    assert err.snippet.endswith("^") and "a name" in err.expected
+    assert "line 2, column 16" in str(err) and "Expected one of" in str(err)
+
+
+def test_unexpected_character():
+    with pytest.raises(DslSyntaxError) as info:
+        parse("loops C -> l0 $\n")
+    assert info.value.column == 15 and "'$'" in info.value.reason
+
+
+def test_bad_range_is_a_syntax_error_at_its_statement():
+    with pytest.raises(DslSyntaxError) as info:
+        parse("block \"C\" -> C\nloops C -> l5..l2\n")
+    assert info.value.line == 2 and "not a range" in str(info.value)
+
+
+def test_non_utf8_bytes():
+    with pytest.raises(DslSyntaxError):
+        parse(b"loops \xff")
+
+
+def test_comments_and_blank_lines_survive_formatting():
+    text = "# a schedule\n\nblock \"C\" -> C  # the matmul\n\n\n# loops\nloops C -> l0..l2\n"
+    assert dragon_dsl.format(text) == text.replace("\n\n\n", "\n\n")
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200))
+def test_any_bytes_end_in_success_or_dragon_error(data):
+    try:
+        check(data)
+    except DragonError:
+        raise AssertionError("check reports problems as diagnostics, it does not raise")
+    try:
+        parse(data)
+    except DragonError:
+        pass
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.sampled_from(list('abcdefl0123456789 ->,.[]()=";:@#\n_/%*+')),
+               max_size=120))
+def test_script_like_text_ends_in_success_or_dragon_error(text):
+    try:
+        program = parse(text)
+    except DragonError:
+        return
+    assert dragon_dsl.format(dragon_dsl.format(program)) == dragon_dsl.format(program)
+    check(text)
+
+
+@settings(max_examples=200)
+@given(from_lark(parser(), start="start"))
+def test_grammar_generated_programs_round_trip_or_raise_dragon_error(text):
+    try:
+        program = parse(text)
+        canonical = dragon_dsl.format(program)
+    except DragonError:
+        return
+    again = parse(canonical)
+    assert again.statements == program.statements
+    assert dragon_dsl.format(again) == canonical
