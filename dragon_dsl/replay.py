@@ -71,19 +71,24 @@ def apply_insts(insts: list[Inst], trace, workload: Any, source: str | None = No
     mod = as_module(workload)
     sch = Schedule(mod, debug_mask="all", error_render_level="detail")
     position = {"index": -1}
+    found: list[DslSemanticError] = []
 
     def provider(inst, inputs, attrs, decision):
         position["index"] += 1
         current = insts[position["index"]]
         if current.kind == "SamplePerfectTile" and decision is not None:
-            _check_tile(sch, inputs[0], decision, current, lines)
+            try:
+                _check_tile(sch, inputs[0], decision, current, lines)
+            except DslSemanticError as exc:
+                found.append(exc)  # TVM's FFI would wrap it; hand it over this way
+                raise
         return decision
 
     try:
         trace.apply_to_schedule(sch, remove_postproc=False, decision_provider=provider)
-    except DslSemanticError:
-        raise
     except Exception as exc:  # noqa: BLE001  TVM raises ScheduleError and friends
+        if found:
+            raise found[0] from None
         index = max(position["index"], 0)
         inst = insts[index] if index < len(insts) else Inst("?", [], [])
         raise _locate(inst, lines, f"the workload refuses {inst.kind}: {_first_line(exc)}") \
