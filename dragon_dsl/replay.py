@@ -69,7 +69,7 @@ def apply_insts(insts: list[Inst], trace, workload: Any, source: str | None = No
 
     lines = (source or "").split("\n")
     mod = as_module(workload)
-    sch = Schedule(mod, debug_mask="all", error_render_level="detail")
+    sch = Schedule(mod, error_render_level="detail")  # debug checks off, as in MetaSchedule
     position = {"index": -1}
     found: list[DslSemanticError] = []
 

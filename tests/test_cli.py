@@ -1,0 +1,102 @@
+"""The dragon command line: exit codes 0/1/2, --json, stdin, and the trace JSON round trip."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from dragon_dsl.cli import main
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+SCRIPT = GOLDEN / "scripts" / "matmul_llvm.dragon"
+PAIR = GOLDEN / "pairs" / "matmul_cuda"
+
+
+def run(args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "dragon_dsl.cli", *args], input=stdin,
+                          capture_output=True, text=True)
+
+
+def test_check_clean_and_with_findings(tmp_path, capsys):
+    assert main(["check", str(SCRIPT)]) == 0
+    bad = tmp_path / "bad.dragon"
+    bad.write_text('block "C" -> C\nloops D -> l0\n')
+    assert main(["check", str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert f"{bad}:2:7: error: 'D' is not defined" in out
+
+
+def test_check_json_for_tools(tmp_path, capsys):
+    bad = tmp_path / "bad.dragon"
+    bad.write_text("loops ->\n")
+    assert main(["check", "--json", str(SCRIPT), str(bad)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report[0]["ok"] and not report[1]["ok"]
+    assert report[1]["diagnostics"][0]["stage"] == "syntax"
+    assert report[1]["diagnostics"][0]["line"] == 1
+
+
+def test_check_reads_stdin():
+    result = run(["check", "-"], stdin="loops C -> l0\n")
+    assert result.returncode == 1 and "<stdin>:1:7" in result.stdout
+
+
+def test_usage_errors_exit_2(tmp_path):
+    assert run(["check"]).returncode == 2
+    assert run(["check", str(tmp_path / "missing.dragon")]).returncode == 2
+    assert run(["nonsense"]).returncode == 2
+    assert run(["check", "--workload", "nosuch(x=1)", str(SCRIPT)]).returncode == 2
+
+
+def test_fmt_check_and_rewrite(tmp_path, capsys):
+    messy = tmp_path / "m.dragon"
+    messy.write_text('loops  C ->l0,l1 ,l2\n')
+    assert main(["fmt", "--check", str(messy)]) == 1
+    assert main(["fmt", str(messy)]) == 0
+    assert messy.read_text() == "loops C -> l0..l2\n"
+    assert main(["fmt", "--check", str(messy)]) == 0
+    assert main(["fmt", "--check", str(SCRIPT)]) == 0
+    capsys.readouterr()
+
+
+def test_fmt_stdin_to_stdout():
+    result = run(["fmt", "-"], stdin="loops C ->l0,l1 ,l2")
+    assert result.returncode == 0 and result.stdout == "loops C -> l0..l2\n"
+
+
+def test_encode_decode_round_trip(tmp_path):
+    script = PAIR.with_suffix(".dragon").read_text()
+    encoded = run(["encode", str(PAIR.with_suffix(".trace.json"))])
+    assert encoded.returncode == 0 and encoded.stdout == script
+    decoded = run(["decode", "-"], stdin=script)
+    assert decoded.returncode == 0
+    assert json.loads(decoded.stdout) == json.loads(PAIR.with_suffix(".trace.json").read_text())
+
+
+def test_encode_rejects_corrupt_json(tmp_path):
+    bad = tmp_path / "t.json"
+    bad.write_text("[[[\"GetLoops\"]], []]")
+    result = run(["encode", str(bad)])
+    assert result.returncode == 1 and "instruction 0" in result.stderr
+    bad.write_text("{not json")
+    assert run(["encode", str(bad)]).returncode == 1
+
+
+@pytest.mark.slow
+def test_demo_runs():
+    result = subprocess.run([sys.executable, "-m", "dragon_dsl.cli", "demo"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "identical trace JSON (kinds, wiring, typed attrs, decisions): True" in result.stdout
+
+
+def test_decode_postproc_auto_with_workload():
+    result = run(["decode", str(SCRIPT), "--workload", "matmul(m=128,n=128,k=128)",
+                  "--target", "llvm", "--compact"])
+    assert result.returncode == 0, result.stderr
+    kinds = [inst[0] for inst in json.loads(result.stdout)[0]]
+    assert "EnterPostproc" in kinds and kinds.index("EnterPostproc") < len(kinds) - 1
