@@ -5,7 +5,6 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-all lint bench clean
 
-# torch is pinned first so that nothing later pulls a multi-GB CUDA build.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -16,10 +15,11 @@ demo: $(STAMP)
 	$(BIN)/dragon demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 -p no:cacheprovider tests || $(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests
 
-test-all: $(STAMP)
+test-all: $(STAMP)  # also the slow tests
 	$(BIN)/python -m pytest -q -m 'not gpu' tests
+	DRAGON_HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q tests/test_roundtrip.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check dragon_dsl codegen training tests benchmarks

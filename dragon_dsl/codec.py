@@ -347,6 +347,9 @@ class _Decoder:
             if name in self.env:
                 raise self.error(f"{name!r} is already defined on line {self.env[name].line}",
                                  line, column)
+            if name in reserved_words():
+                raise self.error(f"{name!r} is a keyword and cannot name a result", line,
+                                 column)
             self.env[name] = _Binding(output_type, line)
             names.append(name)
         return names

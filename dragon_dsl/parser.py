@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 
 import lark
@@ -47,11 +48,17 @@ def parse_number(text: str):
         if text.endswith(suffix) and not text.endswith("e" + suffix):
             body, dtype = text[: -len(suffix)], _SUFFIX_DTYPES[suffix]
             if dtype.startswith("float"):
-                return Imm(dtype, float(body))
+                value = float(body)
+                if not math.isfinite(value):
+                    raise ValueError(f"{body} is out of the range of a 64-bit float")
+                return Imm(dtype, value)
             if "." in body or "e" in body.lower():
                 raise ValueError(f"integer dtype {dtype} with a non-integer value {body!r}")
             return Imm(dtype, int(body))
-    return float(text)
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of the range of a 64-bit float")
+    return value
 
 
 class _Option:

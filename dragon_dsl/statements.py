@@ -268,7 +268,7 @@ SPECS: dict[str, Spec] = {s.op: s for s in [
     _s("split", "Split", Slot(In(0), REF_LOOP), Slot(Rest(1), FACTOR),
        options=_PRESERVE_ITERS, outputs="many"),
     _s("loop_partition", "LoopPartition", Slot(In(0), REF_LOOP), Slot(Rest(1), FACTOR),
-       options={"preserve_unit_iters": Option(Attr(0), BOOL, True)}, outputs="many"),
+       options={"preserve_unit_iters": Option(Attr(0), FLAG32, True)}, outputs="many"),
     _s("fuse", "Fuse", Slot(Rest(0), _ref("loop")),
        options={"preserve_unit_iters": Option(Attr(0), FLAG32, True)}, outputs="one",
        spread=True),

@@ -275,6 +275,8 @@ def _jsonable(obj):
         return {"FloatImm": [str(obj.ty), float(obj.value)]}
     if isinstance(obj, tvm.tirx.IndexMap):
         return _tree_index_map_json(obj)
+    if isinstance(obj, tvm.ir.Expr):  # an expression attr (TVM itself cannot write these)
+        return {"Expr": tvm.ir.save_json(obj)}
     if isinstance(obj, tvm.ir.Array | list | tuple):
         return [_jsonable(v) for v in obj]
     if isinstance(obj, tvm.ir.Map | dict):
