@@ -111,8 +111,8 @@ def main() -> int:
         rows.append((group, sizes, ratios_auto, ratios_explicit, times))
 
     print("\nTokens (cl100k) per trace: median / p90, and script/Python-form ratio (median)")
-    print(f"| target | n | script auto | script explicit | Python form | JSON form | "
-          f"auto/Python | explicit/Python |")
+    print("| target | n | script auto | script explicit | Python form | JSON form | "
+          "auto/Python | explicit/Python |")
     print("|---|---|---|---|---|---|---|---|")
     for group, sizes, ra, rx, _ in rows:
         cells = [f"{_median(sizes[k]):.0f} / {_p90(sizes[k]):.0f}"

@@ -41,7 +41,7 @@ class SearchSpace:
         self.postprocs = list(self.context.space_generator.postprocs)
 
     def sample(self, seed: int, space: int | None = None):
-        """One trace with fresh decisions, post-processed; ``None`` when a postprocessor rejects it."""
+        """One trace with fresh decisions, post-processed (None when a postprocessor rejects)."""
         from tvm.s_tir.schedule import Schedule, Trace
 
         rng = random.Random(seed)

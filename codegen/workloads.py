@@ -98,7 +98,8 @@ def depthwise_conv2d(n=1, h=14, w=14, c=16, kh=3, kw=3, stride=1, pad=1, dtype="
     return [x, k, y]
 
 
-def conv1d(n=1, l=32, ci=16, co=16, k=3, stride=1, pad=1, layout="NWC", dtype="float32"):
+def conv1d(n=1, l=32,  # noqa: E741  (the spec key for the length)
+           ci=16, co=16, k=3, stride=1, pad=1, layout="NWC", dtype="float32"):
     te, topi = _te()
     if layout == "NWC":
         x = te.placeholder((n, l, ci), dtype, name="X")

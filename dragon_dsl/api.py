@@ -24,7 +24,10 @@ def format(text_or_program: str | bytes | Program) -> str:  # noqa: A001  (the A
     """
     program = text_or_program if isinstance(text_or_program, Program) else \
         parse(text_or_program)
-    return format_program(program)
+    try:
+        return format_program(program)
+    except RecursionError:
+        raise DslSyntaxError("expressions are nested too deeply") from None
 
 
 def infer_postproc_set(insts: list[Inst], target: Any = None) -> str:
@@ -167,6 +170,11 @@ def check(text: str | bytes, *, workload: Any = None, target: Any = None) -> lis
     decoded = decode_program(program)
     if decoded.errors:
         return [_diagnostic(e, "semantic") for e in decoded.errors]
+    try:
+        format_program(program)  # what cannot be printed back is reported, not raised later
+    except (DragonError, RecursionError) as exc:
+        return [Diagnostic("syntax", str(exc) if isinstance(exc, DragonError)
+                           else "expressions are nested too deeply")]
     try:
         trace = _build(decoded.insts)
     except DragonError as exc:

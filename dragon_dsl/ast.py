@@ -97,7 +97,7 @@ class Dict:
     items: tuple
 
 
-Value = Union[Ref, Imm, Expr, IndexMapValue, Dict, tuple, str, int, float, bool, None]
+Value = Union[Ref, Imm, Expr, IndexMapValue, Dict, tuple, str, int, float, bool, None]  # noqa: UP007
 
 
 @dataclass

@@ -108,13 +108,32 @@ def cmd_encode(args) -> int:
     except json.JSONDecodeError as exc:
         print(f"{args.trace}: not JSON: {exc}", file=sys.stderr)
         return EXIT_FINDINGS
+    wl = _workload(args.workload)
     try:
-        text = from_trace(data, postproc=args.postproc, postproc_set=args.postproc_set)
+        trace = data if wl is None else _replay_tvm_json(data, wl)
+        text = from_trace(trace, postproc=args.postproc, postproc_set=args.postproc_set)
     except DragonError as exc:
         print(f"{args.trace}: {exc}", file=sys.stderr)
         return EXIT_FINDINGS
     sys.stdout.write(text)
     return EXIT_OK
+
+
+def _replay_tvm_json(data, wl):
+    """TVM's own trace JSON (as a MetaSchedule database stores it, with plain numbers) gets its
+    types back by replaying it on the workload, as TVM does."""
+    from tvm.s_tir.schedule import Schedule, Trace
+
+    from .errors import TraceError
+    from .replay import _first_line, as_module
+
+    sch = Schedule(as_module(wl))
+    try:
+        Trace.apply_json_to_schedule(data, sch)
+    except Exception as exc:  # noqa: BLE001  TVM's error types
+        raise TraceError(f"TVM cannot replay this trace on the workload: {_first_line(exc)}") \
+            from None
+    return sch.trace
 
 
 def cmd_decode(args) -> int:
@@ -157,8 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stdout", action="store_true", help="print instead of rewriting files")
     p.set_defaults(func=cmd_fmt)
 
-    p = sub.add_parser("encode", help="TVM trace JSON (as `dragon decode` writes) to a script")
+    p = sub.add_parser("encode", help="trace JSON to a script: the typed form `dragon decode` "
+                       "writes, or with --workload TVM's own (a MetaSchedule database's)")
     p.add_argument("trace", metavar="TRACE.json")
+    p.add_argument("--workload", help="replay TVM's untyped trace JSON on this workload")
     p.add_argument("--postproc", choices=["explicit", "auto"], default="explicit")
     p.add_argument("--postproc-set", choices=["llvm", "cuda", "cuda-tensorcore", "hexagon"],
                    help="postprocessor set for --postproc auto (inferred when omitted)")

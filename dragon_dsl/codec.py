@@ -44,7 +44,7 @@ def same_value(a, b) -> bool:
     if isinstance(a, Imm):
         return a.dtype == b.dtype and same_value(a.value, b.value)
     if isinstance(a, tuple):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, Dict):
         return same_value(a.items, b.items)
     return a == b
@@ -68,7 +68,12 @@ def _map_refs(value, fn):
 
 def _refs_in(value) -> list[Ref]:
     found: list[Ref] = []
-    _map_refs(value, lambda r: found.append(r) or r)
+
+    def collect(ref: Ref) -> Ref:
+        found.append(ref)
+        return ref
+
+    _map_refs(value, collect)
     return found
 
 
@@ -510,7 +515,7 @@ class _Decoder:
             sample = self.out.insts[-2]
             sample.outputs = list(named)
             self.out.insts[-1].inputs[1:] = [Ref(n) for n in named]
-            for name, h in zip(named, hidden):
+            for name, h in zip(named, hidden, strict=True):
                 self.env[name] = _Binding("var", stmt.line)
                 del self.env[h]
 

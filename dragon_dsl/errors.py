@@ -44,8 +44,12 @@ class _Located(DragonError):
         """The offending line with a caret under the column (empty when unknown)."""
         if self.source_line is None or self.column is None:
             return ""
-        pad = "".join("\t" if c == "\t" else " " for c in self.source_line[: self.column - 1])
-        return f"{self.source_line}\n{pad}^"
+        line, column = self.source_line, self.column
+        if len(line) > 160:  # a window around the column, for very long lines
+            start = max(0, column - 80)
+            line, column = line[start : start + 160], column - start
+        pad = "".join("\t" if c == "\t" else " " for c in line[: column - 1])
+        return f"{line}\n{pad}^"
 
     def _render(self) -> str:
         where = f"line {self.line}, column {self.column}: " if self.line is not None else ""

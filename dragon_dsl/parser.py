@@ -17,8 +17,8 @@ from lark import Token, Transformer, v_args
 
 from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt, Word
 from .errors import DslSyntaxError
-from .statements import annotation_key
 from .grammar import grammar_text, option_keys, statement_options
+from .statements import annotation_key
 
 __all__ = ["parse", "parser"]
 
@@ -69,7 +69,7 @@ class _Option:
 
 
 class _Outs(list):
-    pass
+    positions: list[tuple[int, int]]
 
 
 class _RangeList(list):
@@ -230,17 +230,20 @@ class _ToAst(Transformer):
         return _Section("attrs", values)
 
     # ---- expressions ---------------------------------------------------------------
-    def _binary(op):  # noqa: N805  (a helper that builds methods)
-        def method(self, a, b):
-            return Expr(op, (a, b))
+    def add(self, a, b):
+        return Expr("add", (a, b))
 
-        return method
+    def sub(self, a, b):
+        return Expr("sub", (a, b))
 
-    add = _binary("add")
-    sub = _binary("sub")
-    mul = _binary("mul")
-    floordiv = _binary("floordiv")
-    floormod = _binary("floormod")
+    def mul(self, a, b):
+        return Expr("mul", (a, b))
+
+    def floordiv(self, a, b):
+        return Expr("floordiv", (a, b))
+
+    def floormod(self, a, b):
+        return Expr("floormod", (a, b))
 
     def call(self, op, a, b):
         return Expr({"truncdiv": "div", "truncmod": "mod"}.get(str(op), str(op)), (a, b))
@@ -345,6 +348,8 @@ def parse(text: str | bytes) -> Program:
         _attach_comments(program, lines)
     except lark.exceptions.UnexpectedInput as exc:
         raise _syntax_error(exc, lines) from None
+    except RecursionError:
+        raise DslSyntaxError("expressions are nested too deeply", line=1, column=1) from None
     except lark.exceptions.VisitError as exc:
         orig = exc.orig_exc
         meta = getattr(exc.obj, "meta", None)
@@ -421,9 +426,9 @@ def _expected_names(exc) -> list[str]:
 
 
 def _syntax_error(exc: lark.exceptions.UnexpectedInput, lines: list[str]) -> DslSyntaxError:
-    line = getattr(exc, "line", None)
-    column = getattr(exc, "column", None)
-    if line is None or line < 1:
+    line: int = getattr(exc, "line", None) or 0
+    column: int = getattr(exc, "column", None) or 1
+    if line < 1:
         line, column = len(lines), 1
     source_line = lines[line - 1] if 0 < line <= len(lines) else ""
     if isinstance(exc, lark.exceptions.UnexpectedCharacters):

@@ -194,7 +194,7 @@ def insts_from_trace(trace) -> list[Inst]:
         if len(types) > 1:
             raise UnsupportedError(f"{kind}: outputs of mixed types", kind=kind)
         output_type = types.pop() if types else OUTPUT_TYPES.get(kind)
-        outputs = [names.add(o, output_type) for o in inst.outputs]
+        outputs = [names.add(o, output_type or "var") for o in inst.outputs]
         insts.append(Inst(kind, inputs, attrs, outputs, decision, output_type))
     return insts
 
@@ -209,6 +209,8 @@ def value_to_tvm(value, env: dict[str, Any], params: dict[str, Any] | None = Non
     if isinstance(value, Ref):
         return env[value.name]
     if isinstance(value, IndexVar):
+        if params is None:
+            raise TypeError(f"index variable {value.name!r} outside an index map")
         return params[value.name]
     if isinstance(value, Imm):
         if value.dtype.startswith(("float", "bfloat")):

@@ -100,3 +100,27 @@ def test_decode_postproc_auto_with_workload():
     assert result.returncode == 0, result.stderr
     kinds = [inst[0] for inst in json.loads(result.stdout)[0]]
     assert "EnterPostproc" in kinds and kinds.index("EnterPostproc") < len(kinds) - 1
+
+
+def test_encode_tvm_database_json_with_workload(tmp_path):
+    """A MetaSchedule database stores trace JSON with plain numbers; TVM's replay on the
+    workload decides the types (annotation values become plain ints), and the script keeps
+    exactly that replayed trace, which schedules the workload as the original did."""
+    from codegen import sample_traces, workload
+
+    wl = workload("matmul(m=64,n=64,k=64)")
+    trace = sample_traces(wl.mod, "llvm", "llvm", 1, seed=2)[0]
+    path = tmp_path / "db_trace.json"
+    path.write_text(json.dumps(trace.as_json(), default=lambda o: o.value))
+    result = run(["encode", str(path), "--workload", wl.spec])
+    import tvm_ffi
+    from tvm.s_tir.schedule import Schedule
+
+    import dragon_dsl
+
+    assert result.returncode == 0, result.stderr
+    decoded = dragon_dsl.to_trace(result.stdout)
+    a, b = Schedule(wl.mod), Schedule(wl.mod)
+    trace.apply_to_schedule(a, remove_postproc=False)
+    decoded.apply_to_schedule(b, remove_postproc=False)
+    assert tvm_ffi.structural_equal(a.mod, b.mod)

@@ -88,8 +88,8 @@ def test_general_form_covers_an_unknown_shape():
 
 
 def test_unsupported_expression_names_the_instruction():
-    from tvm.s_tir.schedule import Instruction, InstructionKind, LoopRV, SBlockRV, Trace
     import tvm
+    from tvm.s_tir.schedule import Instruction, InstructionKind, LoopRV, SBlockRV, Trace
 
     block, loop = SBlockRV(), LoopRV()
     var = tvm.tirx.Var("x", "int32")

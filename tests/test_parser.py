@@ -51,7 +51,8 @@ def test_any_bytes_end_in_success_or_dragon_error(data):
     try:
         check(data)
     except DragonError:
-        raise AssertionError("check reports problems as diagnostics, it does not raise")
+        raise AssertionError("check reports problems as diagnostics, it does not raise") \
+            from None
     try:
         parse(data)
     except DragonError:
