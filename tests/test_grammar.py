@@ -11,12 +11,15 @@ import sys
 
 import llguidance
 import pytest
+from hypothesis import HealthCheck, given, settings
 
 from dragon_dsl import parse
 from dragon_dsl.codec import ALL_KINDS
 from dragon_dsl.grammar import grammar_path, grammar_text, statement_options
 from dragon_dsl.parser import parser
 from dragon_dsl.statements import SPECIAL_OPS, SPECS
+
+from .test_parser import GRAMMAR_PROGRAMS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GOLDEN = sorted((ROOT / "tests" / "golden" / "scripts").glob("*.dragon"))
@@ -124,3 +127,17 @@ def test_language_package_never_evaluates_text():
 def test_language_package_does_not_import_torch():
     code = "import sys, dragon_dsl, dragon_dsl.cli; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(GRAMMAR_PROGRAMS)
+def test_lark_and_llguidance_agree_on_generated_programs(llg, text):
+    """A constrained decoder must allow exactly the scripts the parser reads."""
+    import lark
+
+    try:
+        parser().parse(text if text.endswith("\n") else text + "\n")
+        lark_ok = True
+    except lark.exceptions.LarkError:
+        lark_ok = False
+    assert llg_accepts(llg, text if text.endswith("\n") else text + "\n") == lark_ok, text
