@@ -141,3 +141,15 @@ def test_lark_and_llguidance_agree_on_generated_programs(llg, text):
     except lark.exceptions.LarkError:
         lark_ok = False
     assert llg_accepts(llg, text if text.endswith("\n") else text + "\n") == lark_ok, text
+
+
+def test_the_wheel_ships_the_grammar(tmp_path):
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("little_dragon-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = zf.read("dragon_dsl/_grammar/dragon.lark").decode()
+        assert "dragon_dsl/py.typed" in zf.namelist()
+    assert shipped == grammar_text()
