@@ -39,7 +39,8 @@ def run_demo(spec: str, target: str, rules: str, seed: int) -> int:
     _say(f"   ({time.time() - start:.1f} s)")
     _say("== TVM's Python form of the trace")
     _say(python_form)
-    script = dragon_dsl.from_trace(trace, postproc="auto", postproc_set=postproc_set(rules))
+    script = dragon_dsl.from_trace(trace, postproc="auto", postproc_set=postproc_set(rules),
+                                   workload=wl)
     _say("== the Dragon script (postprocessing elided: `postproc auto`)")
     _say(script)
     decoded = dragon_dsl.to_trace(script, workload=wl, target=target)

@@ -62,6 +62,8 @@ def from_trace(trace, *, postproc: str = "explicit", postproc_set: str | None = 
                workload: Any = None, target: Any = None) -> str:
     """A TVM Trace (or its typed JSON form) as a canonical script.
 
+    Given the workload, loops are named after the workload's loops (``i``, ``j``, ``k``, and
+    ``i0..i3`` for the tiles of ``i``); otherwise ``l<N>``.
     ``postproc="auto"`` replaces the instructions after EnterPostproc by ``postproc auto SET``.
     SET is ``postproc_set`` when given, else inferred (``infer_postproc_set``).  Given a
     workload and target, the elision is verified by regenerating the postprocessing, and the
@@ -70,7 +72,13 @@ def from_trace(trace, *, postproc: str = "explicit", postproc_set: str | None = 
     insts = _insts(trace)
     if postproc == "auto" and postproc_set is None:
         postproc_set = infer_postproc_set(insts, target)
-    text = format_program(encode_insts(insts, postproc=postproc, postproc_set=postproc_set))
+    loop_names = None
+    if workload is not None and not isinstance(trace, list | tuple):
+        from .replay import loop_names_of
+
+        loop_names = loop_names_of(trace, workload)
+    text = format_program(encode_insts(insts, postproc=postproc, postproc_set=postproc_set,
+                                       loop_names=loop_names))
     if postproc == "auto" and workload is not None and target is not None and \
             any(i.kind == "EnterPostproc" for i in insts):
         from .tvm_bridge import trace_json
@@ -82,7 +90,7 @@ def from_trace(trace, *, postproc: str = "explicit", postproc_set: str | None = 
                 return text
         except DragonError:
             pass
-        return format_program(encode_insts(insts, postproc="explicit"))
+        return format_program(encode_insts(insts, postproc="explicit", loop_names=loop_names))
     return text
 
 

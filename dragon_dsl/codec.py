@@ -115,6 +115,8 @@ class _Namer:
         return name
 
     def define(self, tvm_name: str, output_type: str | None, hint: str | None = None) -> str:
+        if hint and output_type == "loop" and hint in self.taken:
+            hint = None  # a loop name already used: a numbered name reads better than i_2
         if hint:
             base = _IDENT_BAD.sub("_", hint) or "b"
             if base[0].isdigit():
@@ -217,7 +219,15 @@ def _count_uses(insts: list[Inst]) -> dict[str, int]:
 _TILES = {"SamplePerfectTile": ("tile", 1), "SamplePartitionedTile": ("partitioned_tile", 2)}
 
 
-def _tile(insts: list[Inst], i: int, uses: dict[str, int], namer: _Namer) -> Stmt | None:
+def _child_hints(parent: str | None, n: int, nice: set[str]) -> list[str | None]:
+    """Loops split from a loop named after the workload are numbered after it (i -> i0..i3)."""
+    if parent is None or parent not in nice:
+        return [None] * n
+    return [f"{parent}{k}" for k in range(n)]
+
+
+def _tile(insts: list[Inst], i: int, uses: dict[str, int], namer: _Namer,
+          nice: set[str]) -> Stmt | None:
     """A tile sample immediately consumed, whole and in order, by the Split after it."""
     if i + 1 >= len(insts):
         return None
@@ -246,15 +256,25 @@ def _tile(insts: list[Inst], i: int, uses: dict[str, int], namer: _Namer) -> Stm
         options["max_inner"] = sample.attrs[1].value
     options.update(stmt.options)
     loop = namer.rename(sample.inputs[0])
-    targets = [namer.define(n, "loop") for n in split.outputs]
+    hints = _child_hints(loop.name, len(split.outputs), nice)
+    targets = [namer.define(n, "loop", h) for n, h in zip(split.outputs, hints, strict=True)]
     if any(uses.get(n, 0) != 1 for n in sample.outputs):  # later statements use the factors
         options["factors"] = tuple(namer.define(n, "var") for n in sample.outputs)
     return Stmt(op, [loop, sample.decision], options, targets)
 
 
+_SIMPLE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,5}\Z")
+
+
 def encode_insts(insts: list[Inst], *, postproc: str = "explicit",
-                 postproc_set: str | None = None) -> Program:
-    """Encode Inst records (as read from a trace) into a Program with canonical names."""
+                 postproc_set: str | None = None,
+                 loop_names: dict[int, list[str]] | None = None) -> Program:
+    """Encode Inst records (as read from a trace) into a Program with canonical names.
+
+    ``loop_names`` maps the index of a GetLoops instruction to the workload's names of those
+    loops: short plain names (``i``, ``co``, ``rh``) are used for them, and the loops a tile
+    or split makes of such a loop are numbered after it (``i0..i3``).
+    """
     if postproc not in ("explicit", "auto"):
         raise ValueError(f"Expected postproc='explicit' or 'auto' but got postproc={postproc!r}")
     avoid: set[str] = set()
@@ -262,6 +282,7 @@ def encode_insts(insts: list[Inst], *, postproc: str = "explicit",
         for value in [*inst.inputs, *inst.attrs]:
             avoid |= _index_var_names(value)
     namer = _Namer(avoid)
+    nice: set[str] = set()  # loops named after the workload's loops
     uses = _count_uses(insts)
     statements: list[Stmt] = []
     i = 0
@@ -278,7 +299,7 @@ def encode_insts(insts: list[Inst], *, postproc: str = "explicit",
             statements.append(Stmt("postproc"))
             i += 1
             continue
-        tile = _tile(insts, i, uses, namer)
+        tile = _tile(insts, i, uses, namer, nice)
         if tile is not None:
             statements.append(tile)
             i += 2
@@ -288,7 +309,17 @@ def encode_insts(insts: list[Inst], *, postproc: str = "explicit",
                        namer.rename(inst.decision), inst.output_type)
         hint = inst.attrs[0] if inst.kind == "GetSBlock" and inst.attrs and \
             isinstance(inst.attrs[0], str) else None
-        targets = [namer.define(n, inst.output_type, hint) for n in inst.outputs]
+        hints = [hint] * len(inst.outputs)
+        if inst.kind == "GetLoops" and loop_names and len(loop_names.get(i, ())) == \
+                len(inst.outputs):
+            hints = [h if _SIMPLE.match(h) else None for h in loop_names[i]]
+        elif inst.kind == "Split" and inst.inputs and isinstance(inst.inputs[0], Ref):
+            hints = _child_hints(namer.script_name.get(inst.inputs[0].name), len(inst.outputs),
+                                 nice)
+        targets = [namer.define(n, inst.output_type, h) for n, h in zip(inst.outputs, hints,
+                                                                          strict=True)]
+        if inst.kind == "GetLoops":
+            nice.update(t for t, h in zip(targets, hints, strict=True) if h == t)
         spec = SPECS_BY_KIND.get(inst.kind)
         stmt = _encode_spec(spec, renamed, targets) if spec else None
         statements.append(stmt if stmt is not None else _general(renamed, targets))

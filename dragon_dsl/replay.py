@@ -96,6 +96,29 @@ def apply_insts(insts: list[Inst], trace, workload: Any, source: str | None = No
     return sch
 
 
+def loop_names_of(trace, workload: Any) -> dict[int, list[str]] | None:
+    """For each GetLoops instruction (by index), the names its loops have in the workload at
+    that point of the schedule; None when the trace does not replay."""
+    from tvm.s_tir.schedule import Schedule
+
+    sch = Schedule(as_module(workload))
+    names: dict[int, list[str]] = {}
+    position = {"index": -1}
+
+    def provider(inst, inputs, attrs, decision):
+        position["index"] += 1
+        if inst.kind.name == "GetLoops":
+            names[position["index"]] = [str(sch.get(loop).loop_var.name)
+                                        for loop in sch.get_loops(inputs[0])]
+        return decision
+
+    try:
+        trace.apply_to_schedule(sch, remove_postproc=False, decision_provider=provider)
+    except Exception:  # noqa: BLE001  naming is a nicety; the encoder falls back to l<N>
+        return None
+    return names
+
+
 def _check_tile(sch, loop_rv, decision, inst: Inst, lines: list[str]) -> None:
     import tvm
 

@@ -25,8 +25,9 @@ def _applied(trace, mod):
 
 def assert_lossless(wl, target, rules, trace):
     expected = trace_json(trace)
-    for mode in ("explicit", "auto"):
-        text = dragon_dsl.from_trace(trace, postproc=mode, postproc_set=postproc_set(rules))
+    for mode, names_from in (("explicit", None), ("auto", None), ("auto", wl)):
+        text = dragon_dsl.from_trace(trace, postproc=mode, postproc_set=postproc_set(rules),
+                                     workload=names_from)
         assert dragon_dsl.format(text) == text, "the encoder's output is canonical"
         decoded = dragon_dsl.to_trace(text, workload=wl, target=target)
         assert trace_json(decoded) == expected, f"{mode}: trace JSON differs\n{text}"
