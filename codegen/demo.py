@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
+from .targets import default_rules
+
 __all__ = ["register", "run_demo"]
 
 
@@ -74,7 +76,7 @@ def register(subparsers) -> None:
                    help="rule set: llvm, cuda, cuda-tensorcore, mma (default: from target)")
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(func=lambda a: run_demo(
-        a.workload, a.target, a.rules or ("llvm" if a.target == "llvm" else "cuda"), a.seed))
+        a.workload, a.target, a.rules or default_rules(a.target), a.seed))
 
 
 if __name__ == "__main__":

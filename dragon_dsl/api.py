@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .ast import Program
-from .codec import POSTPROC_SETS, decode_program, encode_insts
+from .codec import decode_program, encode_insts
 from .errors import DragonError, DslSemanticError, DslSyntaxError, TraceError
 from .parser import parse
 from .printer import format_program
@@ -127,9 +127,9 @@ def _build(insts: list[Inst]):
     except DragonError:
         raise
     except Exception as exc:  # noqa: BLE001  TVM rejects a malformed value
-        from .replay import _first_line
+        from .replay import tvm_message
 
-        raise TraceError(f"TVM cannot build this trace: {_first_line(exc)}") from None
+        raise TraceError(f"TVM cannot build this trace: {tvm_message(exc)}") from None
 
 
 @dataclass(frozen=True)
@@ -201,5 +201,3 @@ def check(text: str | bytes, *, workload: Any = None, target: Any = None) -> lis
         return [_diagnostic(exc, "apply")]
     return []
 
-
-_ = POSTPROC_SETS

@@ -33,6 +33,8 @@ __all__ = [
     "Stmt",
     "Value",
     "Word",
+    "map_refs",
+    "refs_in",
 ]
 
 
@@ -128,3 +130,30 @@ class Program:
     statements: list[Stmt] = field(default_factory=list)
     source: str | None = field(default=None, compare=False, repr=False)
     trailing: list[str] = field(default_factory=list, compare=False, repr=False)
+
+
+def map_refs(value, fn):
+    """Apply ``fn`` to every Ref inside a value."""
+    if isinstance(value, Ref):
+        return fn(value)
+    if isinstance(value, tuple):
+        return tuple(map_refs(v, fn) for v in value)
+    if isinstance(value, Dict):
+        return Dict(tuple((map_refs(k, fn), map_refs(v, fn)) for k, v in value.items))
+    if isinstance(value, Expr):
+        return Expr(value.op, tuple(map_refs(a, fn) for a in value.args), value.dtype)
+    if isinstance(value, IndexMapValue):
+        return IndexMapValue(value.params, tuple(map_refs(r, fn) for r in value.results),
+                             value.dtype, map_refs(value.inverse, fn))
+    return value
+
+
+def refs_in(value) -> list[Ref]:
+    found: list[Ref] = []
+
+    def collect(ref: Ref) -> Ref:
+        found.append(ref)
+        return ref
+
+    map_refs(value, collect)
+    return found

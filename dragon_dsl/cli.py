@@ -125,13 +125,13 @@ def _replay_tvm_json(data, wl):
     from tvm.s_tir.schedule import Schedule, Trace
 
     from .errors import TraceError
-    from .replay import _first_line, as_module
+    from .replay import as_module, tvm_message
 
     sch = Schedule(as_module(wl))
     try:
         Trace.apply_json_to_schedule(data, sch)
     except Exception as exc:  # noqa: BLE001  TVM's error types
-        raise TraceError(f"TVM cannot replay this trace on the workload: {_first_line(exc)}") \
+        raise TraceError(f"TVM cannot replay this trace on the workload: {tvm_message(exc)}") \
             from None
     return sch.trace
 

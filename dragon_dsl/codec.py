@@ -9,8 +9,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt
-from .errors import DslSemanticError, UnsupportedError
+from .ast import Dict, Expr, Imm, IndexMapValue, Program, Ref, Stmt, map_refs, refs_in
+from .errors import DslSemanticError
 from .grammar import reserved_words
 from .statements import SPECS, SPECS_BY_KIND, Attr, In, NoFit, Rest, Spec
 from .tvm_bridge import OUTPUT_TYPES, Inst
@@ -48,33 +48,6 @@ def same_value(a, b) -> bool:
     if isinstance(a, Dict):
         return same_value(a.items, b.items)
     return a == b
-
-
-def _map_refs(value, fn):
-    """Apply ``fn`` to every Ref inside a value."""
-    if isinstance(value, Ref):
-        return fn(value)
-    if isinstance(value, tuple):
-        return tuple(_map_refs(v, fn) for v in value)
-    if isinstance(value, Dict):
-        return Dict(tuple((_map_refs(k, fn), _map_refs(v, fn)) for k, v in value.items))
-    if isinstance(value, Expr):
-        return Expr(value.op, tuple(_map_refs(a, fn) for a in value.args), value.dtype)
-    if isinstance(value, IndexMapValue):
-        return IndexMapValue(value.params, tuple(_map_refs(r, fn) for r in value.results),
-                             value.dtype, _map_refs(value.inverse, fn))
-    return value
-
-
-def _refs_in(value) -> list[Ref]:
-    found: list[Ref] = []
-
-    def collect(ref: Ref) -> Ref:
-        found.append(ref)
-        return ref
-
-    _map_refs(value, collect)
-    return found
 
 
 def _index_var_names(value) -> set[str]:
@@ -133,7 +106,7 @@ class _Namer:
         return name
 
     def rename(self, value):
-        return _map_refs(value, lambda r: Ref(self.script_name[r.name]))
+        return map_refs(value, lambda r: Ref(self.script_name[r.name]))
 
 
 def _get(inst: Inst, where, used: dict[str, set]):
@@ -210,7 +183,7 @@ def _count_uses(insts: list[Inst]) -> dict[str, int]:
     uses: dict[str, int] = {}
     for inst in insts:
         for value in [*inst.inputs, *inst.attrs, inst.decision]:
-            for ref in _refs_in(value):
+            for ref in refs_in(value):
                 uses[ref.name] = uses.get(ref.name, 0) + 1
     return uses
 
@@ -360,7 +333,7 @@ class _Decoder:
 
     # -- references --
     def resolve(self, value, want: str | None, stmt: Stmt):
-        for ref in _refs_in(value):
+        for ref in refs_in(value):
             line, column = ref.line or stmt.line, ref.column or stmt.column
             binding = self.env.get(ref.name)
             if binding is None:
@@ -567,8 +540,3 @@ def decode_program(program: Program) -> Decoded:
     return _Decoder(program).run()
 
 
-def unsupported(kind: str, reason: str) -> UnsupportedError:
-    return UnsupportedError(f"{kind}: {reason}", kind=kind)
-
-
-_ = IndexVar  # re-exported names used by type checkers

@@ -76,6 +76,11 @@ class _RangeList(list):
     pass
 
 
+def _flatten(items) -> list:
+    """Items with each range (l3..l6) spread into its names."""
+    return [x for item in items for x in (item if isinstance(item, _RangeList) else [item])]
+
+
 class _Param(tuple):
     def __new__(cls, name: str, dtype: str | None):
         return super().__new__(cls, (name, dtype))
@@ -183,7 +188,7 @@ class _ToAst(Transformer):
         return Ref(str(tok), tok.line, tok.column)
 
     def outs(self, *items):
-        names = [n for item in items for n in (item if isinstance(item, _RangeList) else [item])]
+        names = _flatten(items)
         outs = _Outs(n.name for n in names)
         outs.positions = [(n.line, n.column) for n in names]
         return outs
@@ -203,8 +208,7 @@ class _ToAst(Transformer):
         return _Option("factors", tuple(outs))
 
     def name_list(self, *items):
-        return tuple(x for item in items for x in (item if isinstance(item, _RangeList)
-                                                   else [item]))
+        return tuple(_flatten(items))
 
     int_list = name_list
     factor_list = name_list

@@ -175,10 +175,7 @@ def print_tile(stmt: Stmt) -> str:
 
 
 def _options(stmt: Stmt) -> list[str]:
-    order = statement_options().get(stmt.op.lstrip("@") if stmt.op.startswith("@") else stmt.op,
-                                    ())
-    if stmt.op.startswith("@"):
-        order = statement_options()["general"]
+    order = statement_options().get("general" if stmt.op.startswith("@") else stmt.op, ())
     unknown = set(stmt.options) - set(order)
     if unknown:
         raise ValueError(f"Expected options of {stmt.op!r} among {list(order)} but got "

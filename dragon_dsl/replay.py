@@ -8,7 +8,7 @@ from typing import Any
 from .errors import DragonError, DslSemanticError
 from .tvm_bridge import Inst
 
-__all__ = ["TARGETS", "as_module", "as_target", "apply_insts", "regenerate_postproc"]
+__all__ = ["TARGETS", "as_module", "as_target", "tvm_message", "apply_insts", "regenerate_postproc"]
 
 
 def as_module(workload: Any):
@@ -45,11 +45,11 @@ def as_target(target: Any):
             return tvm.target.Target(target)
         except Exception as exc:  # noqa: BLE001  TVM's own error types
             raise ValueError(f"Expected a target tag or JSON dict but got target={target!r}: "
-                             f"{_first_line(exc)}") from None
+                             f"{tvm_message(exc)}") from None
     raise TypeError(f"Expected a Target, tag or JSON dict but got target={target!r}")
 
 
-def _first_line(exc: BaseException) -> str:
+def tvm_message(exc: BaseException) -> str:
     # TVM puts the useful sentence last ("ScheduleError: ...", "ValueError: ...").
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     return lines[-1] if lines else type(exc).__name__
@@ -91,7 +91,7 @@ def apply_insts(insts: list[Inst], trace, workload: Any, source: str | None = No
             raise found[0] from None
         index = max(position["index"], 0)
         inst = insts[index] if index < len(insts) else Inst("?", [], [])
-        raise _locate(inst, lines, f"the workload refuses {inst.kind}: {_first_line(exc)}") \
+        raise _locate(inst, lines, f"the workload refuses {inst.kind}: {tvm_message(exc)}") \
             from None
     return sch
 

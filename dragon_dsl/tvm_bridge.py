@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Ref
+from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Ref, refs_in
 from .errors import TraceError, UnsupportedError
 
 __all__ = [
@@ -293,27 +293,8 @@ def _tree_index_map_json(obj) -> str:
     # tree.  Free variables are the trace's random variables, already named v<N> by as_json.
     tvm, _, _ = _tvm()
     value = _index_map_from_tvm(obj, lambda var: str(var.name), "IndexMap")
-    env = {ref.name: tvm.tirx.Var(ref.name, "int32") for ref in _free_refs(value)}
+    env = {ref.name: tvm.tirx.Var(ref.name, "int32") for ref in refs_in(value)}
     return tvm.ir.save_json(value_to_tvm(value, env))
-
-
-def _free_refs(value) -> list[Ref]:
-    found: list[Ref] = []
-
-    def walk(v):
-        if isinstance(v, Ref):
-            found.append(v)
-        elif isinstance(v, Expr):
-            for a in v.args:
-                walk(a)
-        elif isinstance(v, IndexMapValue):
-            for r in v.results:
-                walk(r)
-            if v.inverse is not None:
-                walk(v.inverse)
-
-    walk(value)
-    return found
 
 
 def trace_json(trace, remove_postproc: bool = False):
