@@ -22,6 +22,9 @@ class SearchSpace:
         import tvm
         from tvm.s_tir import meta_schedule as ms
 
+        from dragon_dsl.replay import import_tensor_intrinsics
+
+        import_tensor_intrinsics()
         self.mod = mod if isinstance(mod, tvm.IRModule) else tvm.IRModule({"main": mod})
         self.target = as_target(target)
         self.rules = rules

@@ -10,7 +10,7 @@ from typing import Any
 
 from dragon_dsl.replay import TARGETS, as_target
 
-__all__ = ["RULE_SETS", "TARGETS", "as_target", "default_rules", "postproc_set"]
+__all__ = ["RULE_SETS", "TARGETS", "as_target", "default_rules", "postproc_set", "target_spec"]
 
 # Rule set name -> postprocessor set name (Postproc.create kind).
 RULE_SETS: dict[str, str] = {
@@ -48,3 +48,26 @@ def schedule_rules(rules: str) -> list:
         # Index 1 is the wmma MultiLevelTilingTensorCore; index 2 the mma one.
         return [r for i, r in enumerate(base) if i != 1]
     return list(ms.ScheduleRule.create(rules))
+
+
+def target_spec(target: Any) -> dict[str, Any]:
+    """A target as a plain JSON dict that ``as_target`` turns back into the same target (for
+    crossing into worker processes and for cache keys).
+
+    >>> target_spec("llvm")["num-cores"]
+    2
+    """
+    import tvm
+
+    def plain(value):
+        if isinstance(value, tvm.target.Target):
+            return plain(value.export())
+        if isinstance(value, str | int | float | bool) or value is None:
+            return value
+        if hasattr(value, "items"):
+            return {str(k): plain(v) for k, v in value.items() if not (k == "tag" and v == "")}
+        if hasattr(value, "__iter__"):
+            return [plain(v) for v in value]
+        return str(value)
+
+    return plain(as_target(target))

@@ -8,7 +8,8 @@ from typing import Any
 from .errors import DragonError, DslSemanticError
 from .tvm_bridge import Inst
 
-__all__ = ["TARGETS", "as_module", "as_target", "tvm_message", "apply_insts", "regenerate_postproc"]
+__all__ = ["TARGETS", "apply_insts", "as_module", "as_target", "import_tensor_intrinsics",
+           "regenerate_postproc", "tvm_message"]
 
 
 def as_module(workload: Any):
@@ -135,6 +136,39 @@ def _check_tile(sch, loop_rv, decision, inst: Inst, lines: list[str]) -> None:
                       f"loop {loop.loop_var.name!r} has extent {extent}")
 
 
+def import_tensor_intrinsics() -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` (which every MetaSchedule TuneContext imports), six or
+    so times faster than a plain import.
+
+    The import parses hundreds of TVMScript intrinsics, and the parser asks
+    ``inspect.getmodule`` about each code object; for objects without ``__module__`` that
+    scans all of ``sys.modules`` every time (15-25 s per process, 90% of the import).  A file
+    belongs to one module, so the answer is memoized per file for the duration of the import.
+    """
+    import inspect
+    import sys
+
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    original = inspect.getmodule
+    memo: dict[str, Any] = {}
+
+    def getmodule(obj, _filename=None):
+        code = getattr(obj, "f_code", obj)
+        key = _filename or getattr(code, "co_filename", None)
+        if key is None or inspect.ismodule(obj) or getattr(obj, "__module__", None):
+            return original(obj, _filename)
+        if key not in memo:
+            memo[key] = original(obj, _filename)
+        return memo[key]
+
+    inspect.getmodule = getmodule
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+    finally:
+        inspect.getmodule = original
+
+
 def regenerate_postproc(prefix_trace, workload: Any, target: Any, postproc_set: str):
     """Run a postprocessor set on the schedule of the pre-postproc trace, as MetaSchedule does
     after sampling; returns the full trace (prefix, EnterPostproc, postprocessing)."""
@@ -143,8 +177,7 @@ def regenerate_postproc(prefix_trace, workload: Any, target: Any, postproc_set: 
 
     mod = as_module(workload)
     tgt = as_target(target)
-    if postproc_set.startswith("cuda-tensorcore"):
-        import tvm.s_tir.tensor_intrin.cuda  # noqa: F401  (registers the intrinsics)
+    import_tensor_intrinsics()
     context = ms.TuneContext(
         mod=mod, target=tgt,
         space_generator=ms.space_generator.PostOrderApply(

@@ -1,0 +1,169 @@
+"""Isolated worker processes: every build and every kernel run happens in one of these, so that
+a hang, an abort, a segfault or runaway memory ends one job, never the caller.
+
+A worker is ``python -m codegen.jobs`` talking JSON over a private pipe.  It runs in its own
+process group (a job's children, such as nvcc, die with it), exits when its parent dies (a
+watcher thread: PR_SET_PDEATHSIG would tie it to the thread that started it), and reports which
+stage a job has reached, so a crash is attributed to the stage (apply, build, load, run) where
+it happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["JobCrashed", "JobFailed", "JobTimeout", "Worker"]
+
+
+class JobTimeout(Exception):
+    """The job ran past its time limit; the worker was killed."""
+
+    def __init__(self, stage: str, seconds: float) -> None:
+        super().__init__(f"{stage} ran past its limit of {seconds:g} s")
+        self.stage = stage
+
+
+class JobCrashed(Exception):
+    """The worker died during the job (a signal, an abort, or the memory limit)."""
+
+    def __init__(self, stage: str, reason: str, signal_name: str | None = None) -> None:
+        super().__init__(f"the worker died during {stage}: {reason}")
+        self.stage, self.reason, self.signal = stage, reason, signal_name
+
+
+class JobFailed(Exception):
+    """The job raised an unexpected Python exception inside the worker."""
+
+    def __init__(self, stage: str, message: str) -> None:
+        super().__init__(message)
+        self.stage = stage
+
+
+class Worker:
+    """One worker process.  ``call`` runs a job and returns its JSON result.
+
+    >>> with Worker() as w:
+    ...     w.call({"job": "ping"}, timeout=60)["pid"] == w.pid
+    True
+    """
+
+    def __init__(self, env: dict[str, str] | None = None, cpus: list[int] | None = None,
+                 memory_limit_mb: int | None = None) -> None:
+        self.env = env or {}
+        self.cpus = cpus
+        self.memory_limit_mb = memory_limit_mb
+        self.proc: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self) -> None:
+        parent_r, child_w = os.pipe()
+        child_r, parent_w = os.pipe()
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "codegen.jobs", str(child_r), str(child_w)],
+            pass_fds=(child_r, child_w), env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=None if os.environ.get("DRAGON_WORKER_STDERR") else subprocess.DEVNULL,
+            start_new_session=True, close_fds=True)
+        os.close(child_r)
+        os.close(child_w)
+        if self.cpus:
+            try:
+                os.sched_setaffinity(self.proc.pid, self.cpus)
+            except OSError:
+                pass
+        self._reader = Connection(parent_r, writable=False)
+        self._writer = Connection(parent_w, readable=False)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def call(self, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """Run one job.  Raises JobTimeout, JobCrashed or JobFailed; restarts lazily."""
+        if not self.alive():
+            self.close()
+            self.start()
+        assert self.proc is not None
+        stage = job.get("job", "job")
+        self._writer.send_bytes(json.dumps(job).encode())
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise JobTimeout(stage, timeout)
+            if self._reader.poll(min(left, 0.05)):
+                try:
+                    message = json.loads(self._reader.recv_bytes())
+                except (EOFError, OSError):
+                    raise self._crashed(stage) from None
+                if "stage" in message and len(message) == 1:  # progress report
+                    stage = message["stage"]
+                    continue
+                if "error" in message:
+                    raise JobFailed(stage, message["error"])
+                return message
+            if self.proc.poll() is not None:
+                raise self._crashed(stage)
+            if self.memory_limit_mb and self._rss_mb() > self.memory_limit_mb:
+                self.kill()
+                raise JobCrashed(stage, f"it used more than {self.memory_limit_mb} MiB of memory")
+
+    def _rss_mb(self) -> float:
+        try:
+            import psutil
+
+            proc = psutil.Process(self.pid)
+            return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
+        except Exception:  # noqa: BLE001  the process may be gone already
+            return 0.0
+
+    def _crashed(self, stage: str) -> JobCrashed:
+        assert self.proc is not None
+        code = self.proc.wait()
+        self.close()
+        if code < 0:
+            name = signal.Signals(-code).name
+            return JobCrashed(stage, f"killed by {name}", name)
+        return JobCrashed(stage, f"exited with status {code}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the worker and anything it started
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        self.close()
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self._writer.send_bytes(b'{"job": "exit"}')
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+                return
+        for conn in (getattr(self, "_reader", None), getattr(self, "_writer", None)):
+            if conn is not None:
+                conn.close()
+        self._reader = self._writer = None  # type: ignore[assignment]
+        self.proc = None
+
+    def __enter__(self) -> Worker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
