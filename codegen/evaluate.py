@@ -56,13 +56,14 @@ class Evaluator:
 
     def __init__(self, target: Any = "llvm", *, builders: int | None = None,
                  config: MeasureConfig | None = None, cache: Cache | str | bool | None = None,
-                 rpc: dict[str, Any] | None = None) -> None:
+                 rpc: dict[str, Any] | None = None, run: bool = True) -> None:
         self.target = as_target(target)
         self.target_spec = target_spec(self.target)
         self.target_json = json.dumps(self.target_spec, sort_keys=True)
         self.kind = self.target.kind.name
         self.config = config or MeasureConfig()
         self.rpc = rpc
+        self.run = run
         if cache is False:
             self.cache = None
         else:
@@ -82,6 +83,7 @@ class Evaluator:
         self.runner = Worker(env=env, cpus=cpus, memory_limit_mb=self.config.memory_limit_mb)
         self._all.append(self.runner)
         self._device: str | None = None
+        self._present = True
 
     # -- device ------------------------------------------------------------------------------
 
@@ -94,6 +96,7 @@ class Evaluator:
             else:
                 reply = self.runner.call({"job": "device", "kind": self.kind}, timeout=120)
                 self._device = reply["device"]
+                self._present = reply["status"] == "present"
         return self._device
 
     # -- the pipeline ------------------------------------------------------------------------
@@ -146,6 +149,13 @@ class Evaluator:
                     built = list(pool.map(lambda pair: self._build(wl, pair[1], work_dir,
                                                                    pair[0]), enumerate(todo)))
                 ready = [(item, art) for item, art in zip(todo, built, strict=True) if art]
+                if not (self.run and self.device and self._present):
+                    for item, _ in ready:
+                        item["outcome"] = Outcome(
+                            Status.BUILT, "build", f"built; not run ({self.device})",
+                            build_s=item.get("build_s"))
+                        item["transient"] = True
+                    ready = []
                 failed = self._prepare(wl) if ready else None
                 for item, artifact in ready:
                     item["outcome"] = failed or self._measure(wl, artifact, item.get("build_s"))

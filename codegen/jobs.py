@@ -1,6 +1,7 @@
 """What runs inside a worker process (``python -m codegen.jobs READ_FD WRITE_FD``).
 
 Jobs arrive as JSON and answer as JSON:
+- ``apply``: apply a script and answer with the scheduled TVMScript;
 - ``build``: apply a script (or take a scheduled module) and build it into an artifact;
 - ``reference``: compute and keep the unscheduled kernel's outputs on the seeded inputs;
 - ``run``: load an artifact, verify it against the reference, and time it;
@@ -81,6 +82,21 @@ def build_job(job: dict[str, Any]) -> dict[str, Any]:
         return _failure("build_error", "build", exc)
     return {"status": "built", "artifact": artifact.__dict__,
             "build_s": time.perf_counter() - start}
+
+
+def apply_job(job: dict[str, Any]) -> dict[str, Any]:
+    from dragon_dsl.errors import DragonError, DslSyntaxError
+
+    from .apply import apply
+
+    _stage("apply")
+    try:
+        scheduled = apply(job["script"], decode_workload(job["workload"]), job["target"])
+    except DslSyntaxError as exc:
+        return _failure("parse_error", "parse", exc)
+    except DragonError as exc:
+        return _failure("apply_error", "apply", exc)
+    return {"status": "applied", "tvmscript": scheduled.script()}
 
 
 _REFERENCES: dict[tuple[str, int], Any] = {}
@@ -185,12 +201,12 @@ def _rotations(inputs, params, dev, l2_bytes: int = 50 * 2**20) -> list[list]:
 def device_job(job: dict[str, Any]) -> dict[str, Any]:
     import platform
 
-    import tvm
-
     kind = job["kind"]
     if kind == "cuda":
+        import tvm
+
         dev = tvm.cuda(0)
-        if not dev.exist:
+        if not dev.exist:  # without a driver this is False rather than an error
             return {"status": "absent", "device": "cuda (no GPU)"}
         return {"status": "present",
                 "device": f"{dev.device_name} sm_{dev.compute_version.replace('.', '')}"}
@@ -204,8 +220,8 @@ def device_job(job: dict[str, Any]) -> dict[str, Any]:
     return {"status": "present", "device": f"{name} x{threads} threads"}
 
 
-JOBS = {"build": build_job, "reference": reference_job, "run": run_job, "device": device_job,
-        "ping": lambda job: {"pid": os.getpid()}}
+JOBS = {"apply": apply_job, "build": build_job, "reference": reference_job, "run": run_job,
+        "device": device_job, "ping": lambda job: {"pid": os.getpid()}}
 
 
 def serve(reader: Connection, writer: Connection) -> None:

@@ -19,6 +19,7 @@ class Status(str, Enum):
     BUILD_ERROR = "build_error"      # lowering, code generation or nvcc failed
     RUNTIME_ERROR = "runtime_error"  # loading or running crashed (including signals, memory)
     TIMEOUT = "timeout"              # a stage ran past its time limit
+    BUILT = "built"                  # built (a CUDA cubin, say) but not run: no device to run on
     INCORRECT = "incorrect"          # it ran, and the output differs from the reference
     CORRECT = "correct"              # it ran, the output matches, and it was timed
 

@@ -1,7 +1,7 @@
 """Isolated worker processes: every build and every kernel run happens in one of these, so that
 a hang, an abort, a segfault or runaway memory ends one job, never the caller.
 
-A worker is ``python -m codegen.jobs`` talking JSON over a private pipe.  It runs in its own
+A worker runs ``codegen.jobs`` (without torch) talking JSON over a private pipe.  It runs in its own
 process group (a job's children, such as nvcc, die with it), exits when its parent dies (a
 watcher thread: PR_SET_PDEATHSIG would tie it to the thread that started it), and reports which
 stage a job has reached, so a crash is attributed to the stage (apply, build, load, run) where
@@ -20,6 +20,12 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 __all__ = ["JobCrashed", "JobFailed", "JobTimeout", "Worker"]
+
+
+# tvm_ffi imports torch whenever it is installed (3 s, and a sys.modules twice as large, which
+# slows TVMScript parsing); workers never need torch, so they start without it.
+_BOOT = ("import sys; sys.modules.setdefault('torch', None); import runpy; "
+         "runpy.run_module('codegen.jobs', run_name='__main__')")
 
 
 class JobTimeout(Exception):
@@ -60,7 +66,7 @@ class Worker:
         self.cpus = cpus
         self.memory_limit_mb = memory_limit_mb
         self.proc: subprocess.Popen | None = None
-        self.conn: Connection | None = None
+        self.stage: str | None = None  # the stage the current job has reached
 
     @property
     def pid(self) -> int | None:
@@ -71,7 +77,7 @@ class Worker:
         child_r, parent_w = os.pipe()
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "codegen.jobs", str(child_r), str(child_w)],
+            [sys.executable, "-c", _BOOT, str(child_r), str(child_w)],
             pass_fds=(child_r, child_w), env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=None if os.environ.get("DRAGON_WORKER_STDERR") else subprocess.DEVNULL,
@@ -95,7 +101,7 @@ class Worker:
             self.close()
             self.start()
         assert self.proc is not None
-        stage = job.get("job", "job")
+        stage = self.stage = job.get("job", "job")
         self._writer.send_bytes(json.dumps(job).encode())
         deadline = time.monotonic() + timeout
         while True:
@@ -109,8 +115,9 @@ class Worker:
                 except (EOFError, OSError):
                     raise self._crashed(stage) from None
                 if "stage" in message and len(message) == 1:  # progress report
-                    stage = message["stage"]
+                    stage = self.stage = message["stage"]
                     continue
+                self.stage = None
                 if "error" in message:
                     raise JobFailed(stage, message["error"])
                 return message

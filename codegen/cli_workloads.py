@@ -1,0 +1,220 @@
+"""``dragon workloads``: list the operator families, show a workload, sample realistic specs.
+
+- ``dragon workloads list [--json]``: one line per family, with its parameters and defaults.
+- ``dragon workloads show SPEC_OR_PATH [--json] [--no-script]``: the TVMScript and a summary
+  (identity, FLOPs, buffers, blocks with their loops, extents and spatial/reduce kinds);
+  ``-`` reads TVMScript from standard input.
+- ``dragon workloads sample [-n N] [--seed S] [--family F ...] [--json]``: canonical specs
+  drawn from real-model shapes, one per line.
+
+Exit codes: 0 ok, 2 a bad spec or bad usage (one line on stderr).  Also runs standalone:
+``python -m codegen.cli_workloads list``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .families import FAMILIES, WorkloadError
+
+__all__ = ["main", "register", "summarize"]
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+# ---- list ----------------------------------------------------------------------------------
+
+def _family_line(name: str) -> str:
+    family = FAMILIES[name]
+    params = ",".join(f'{k}="{v}"' if isinstance(v, str) and "," in v else f"{k}={v}"
+                      for k, v in family.params.items())
+    dtypes = f"  dtypes={'|'.join(family.dtypes)}" if "dtype" in family.params else ""
+    return f"{name}({params}){dtypes}  # {family.doc}"
+
+
+def cmd_list(args) -> int:
+    if args.json:
+        print(json.dumps([{"family": name, "params": dict(f.params),
+                           "dtypes": list(f.dtypes) if "dtype" in f.params else [],
+                           "choices": {k: list(v) for k, v in f.choices.items()},
+                           "doc": f.doc} for name, f in FAMILIES.items()], indent=2))
+    else:
+        for name in FAMILIES:
+            print(_family_line(name))
+    return EXIT_OK
+
+
+# ---- show ----------------------------------------------------------------------------------
+
+def summarize(wl) -> dict[str, Any]:
+    """A compact description of a workload's PrimFunc, for people and tools.
+
+    >>> from codegen.workloads import workload
+    >>> summarize(workload("matmul(m=8,n=8,k=4)"))["blocks"][0]["loops"]
+    [['i', 8, 'spatial'], ['j', 8, 'spatial'], ['k', 4, 'reduce']]
+    """
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    func = wl.mod["main"]
+    root = func.body.block
+    written: set[str] = set()
+    blocks: list[dict[str, Any]] = []
+    _walk(root.body, [], blocks, written)
+    buffers = [{"name": p.name, "dtype": str(p.dtype), "shape": [int(d) for d in p.shape],
+                "role": "out" if p.name in written else "in"} for p in func.params]
+    buffers += [{"name": b.name, "dtype": str(b.dtype), "shape": [int(d) for d in b.shape],
+                 "role": "tmp"} for b in root.alloc_buffers]
+    try:
+        flops: float | None = float(estimate_tir_flops(wl.mod))
+    except Exception:  # noqa: BLE001  an estimate only; some functions have none
+        flops = None
+    return {"spec": wl.spec, "canonical": _canonical(wl.spec), "identity": wl.identity,
+            "flops": flops, "buffers": buffers, "blocks": blocks}
+
+
+def _canonical(spec: str) -> str | None:
+    from .workloads import canonical_spec
+
+    try:
+        return canonical_spec(spec)
+    except (WorkloadError, ImportError):
+        return None
+
+
+def _walk(stmt, loops: list, blocks: list, written: set[str]) -> None:
+    from tvm import tirx
+    from tvm.s_tir import SBlockRealize
+    from tvm.tirx.analysis import undefined_vars
+
+    if isinstance(stmt, tirx.For):
+        _walk(stmt.body, [*loops, stmt], blocks, written)
+    elif isinstance(stmt, tirx.SeqStmt):
+        for s in stmt.seq:
+            _walk(s, loops, blocks, written)
+    elif isinstance(stmt, SBlockRealize):
+        block = stmt.block
+        reduce_vars = [v for iv, value in zip(block.iter_vars, stmt.iter_values, strict=True)
+                       if int(iv.iter_type) == tirx.IterVar.CommReduce
+                       for v in undefined_vars(value)]
+        rows = [[loop.loop_var.name, int(loop.extent),
+                 "reduce" if any(v.same_as(loop.loop_var) for v in reduce_vars) else "spatial"]
+                for loop in loops]
+        names = [w.source.name if hasattr(w, "source") else str(w) for w in block.writes]
+        written.update(names)
+        blocks.append({"name": block.name_hint, "loops": rows,
+                       "reads": [r.source.name for r in block.reads], "writes": names})
+        _walk(block.body, [], blocks, written)
+    else:
+        for attr in ("body", "then_case", "else_case"):
+            child = getattr(stmt, attr, None)
+            if child is not None:
+                _walk(child, loops, blocks, written)
+
+
+def _flops_text(flops: float | None) -> str:
+    return "unknown" if flops is None else f"{flops:,.0f}"
+
+
+def cmd_show(args) -> int:
+    from .workloads import script_workload, workload
+
+    wl = script_workload(sys.stdin.read()) if args.workload == "-" else workload(args.workload)
+    info = summarize(wl)
+    if args.json:
+        print(json.dumps({**info, "script": wl.mod.script()}, indent=2))
+        return EXIT_OK
+    if not args.no_script:
+        print(wl.mod.script())
+    print(f"spec:      {info['spec']}")
+    if info["canonical"] and info["canonical"] != info["spec"]:
+        print(f"canonical: {info['canonical']}")
+    print(f"identity:  {info['identity']}")
+    print(f"flops:     {_flops_text(info['flops'])}")
+    print("buffers:")
+    for b in info["buffers"]:
+        print(f"  {b['role']:<4} {b['name']}: {b['dtype']}{b['shape']}")
+    print("blocks:")
+    for b in info["blocks"]:
+        loops = " ".join(f"{n}:{e}{'(R)' if k == 'reduce' else ''}" for n, e, k in b["loops"])
+        print(f"  {b['name']}: {loops}  reads {','.join(b['reads'])} -> {','.join(b['writes'])}")
+    return EXIT_OK
+
+
+# ---- sample --------------------------------------------------------------------------------
+
+def cmd_sample(args) -> int:
+    from .sampler import sample_workloads
+
+    specs = sample_workloads(args.n, seed=args.seed, families=args.family)
+    if args.json:
+        print(json.dumps([{"spec": s, "family": s[:s.index("(")]} for s in specs], indent=2))
+    else:
+        for spec in specs:
+            print(spec)
+    return EXIT_OK
+
+
+# ---- wiring --------------------------------------------------------------------------------
+
+def _guarded(command):
+    def run(args) -> int:
+        try:
+            return command(args)
+        except WorkloadError as exc:
+            print(f"dragon: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    return run
+
+
+def _add_subcommands(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="workloads_command", metavar="SUBCOMMAND")
+    p = sub.add_parser("list", help="the operator families, their parameters and defaults")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_guarded(cmd_list))
+
+    p = sub.add_parser("show", help="a workload's TVMScript and a summary of its loops")
+    p.add_argument("workload", metavar="SPEC_OR_PATH",
+                   help="a spec such as 'matmul(m=64,n=64,k=64)', a TVMScript .py file, "
+                   "or - (TVMScript on stdin)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-script", action="store_true", help="print only the summary")
+    p.set_defaults(func=_guarded(cmd_show))
+
+    p = sub.add_parser("sample", help="distinct canonical specs from real-model shapes")
+    p.add_argument("-n", type=int, default=10, help="how many (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--family", action="append", metavar="F",
+                   help="only this family (repeatable)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_guarded(cmd_sample))
+
+    def usage(_args) -> int:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+
+    parser.set_defaults(func=usage)
+
+
+def register(subparsers) -> None:
+    """Add ``dragon workloads`` (the ``dragon.commands`` entry point)."""
+    p = subparsers.add_parser("workloads", help="list, show and sample workloads",
+                              description=__doc__.split("\n\n")[0])
+    _add_subcommands(p)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``dragon workloads`` on its own: ``main(["sample", "-n", "3"])``."""
+    parser = argparse.ArgumentParser(prog="dragon workloads")
+    _add_subcommands(parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""Real workloads from real models: a zoo model imported into Relax, split into MetaSchedule tasks.
+
+A task's spec reads ``model(name=bert,preset=tiny,task=3)``, with ``batch=`` and ``seq=`` only
+where they differ from the defaults (1, and the preset's). ``task`` indexes the model's tasks,
+deduplicated by structural hash, in the order the Relax ``main`` first calls them. The models
+and presets are in ``codegen.model_zoo``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .model_zoo import MODELS, ModelEntry, Preset
+
+__all__ = ["MODELS", "ModelTask", "extract_tasks", "import_model", "model_spec",
+           "model_workload", "parse_model_spec"]
+
+# Legalization does not depend on the target, so neither do the tasks (a test checks it);
+# the spec names no target, and this one is used to resolve it.
+_EXTRACT_TARGET = {"kind": "llvm", "num-cores": 2}
+_SPEC_KEYS = ("name", "preset", "task", "batch", "seq")
+
+
+@dataclass(frozen=True)
+class ModelTask:
+    """One tuning task of a model: a PrimFunc as an IRModule whose one function is ``main``."""
+
+    spec: str = field(metadata={"help": "model(name=...,preset=...,task=N)"})
+    mod: Any = field(metadata={"help": "tvm.IRModule with the PrimFunc 'main'"})
+    name: str = field(metadata={"help": "the fused function's name, e.g. fused_matmul_add"})
+    weight: int = field(metadata={"help": "how many times the model calls it"})
+
+    @property
+    def workload(self):
+        """The task as a ``codegen.workloads.Workload``."""
+        from .workloads import Workload
+
+        return Workload(spec=self.spec, mod=self.mod)
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def _lookup(name: str, preset: str) -> tuple[ModelEntry, Preset]:
+    if name not in MODELS:
+        raise ValueError(f"Expected one of {sorted(MODELS)} but got name={name!r}")
+    presets = MODELS[name].presets
+    if preset not in presets:
+        raise ValueError(f"Expected one of {sorted(presets)} but got preset={preset!r}")
+    return MODELS[name], presets[preset]
+
+
+def _check_size(key: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"Expected a positive int but got {key}={value!r}")
+
+
+def import_model(name: str, preset: str = "tiny", batch: int = 1, seq: int | None = None):
+    """The model as a Relax IRModule, legalized and fused so that its PrimFuncs are the tasks.
+
+    The weights are bound as constants, as for deployment (so weight transposes are folded).
+    ``seq`` is tokens per sequence, or the image side for ``resnet``; None takes the preset's.
+
+    >>> mod = import_model("resnet")  # doctest: +SKIP
+    >>> "max_pool2d" in {gv.name_hint for gv in mod.get_global_vars()}  # doctest: +SKIP
+    True
+    """
+    import torch
+    import tvm
+    from tvm import relax
+    from tvm.relax.frontend.torch import from_exported_program
+
+    entry, chosen = _lookup(name, preset)
+    _check_size("batch", batch)
+    seq = chosen.seq if seq is None else seq
+    _check_size("seq", seq)
+    module, inputs = entry.build(batch, seq, **chosen.config)
+    with torch.no_grad():
+        program = torch.export.export(module, inputs)
+    mod = from_exported_program(program, custom_convert_map={"cumsum.default": _cumsum})
+    # What relax.pipeline.static_shape_tuning_pipeline runs before tuning.
+    return tvm.transform.Sequential([
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.CanonicalizeBindings(),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ])(mod)
+
+
+def _cumsum(node, importer):
+    # TVM 0.27's importer keeps cumsum's input dtype; torch sums bools into int64. The bool
+    # version breaks transformers' causal mask, whose `==` on bools LLVM then fails to verify.
+    from tvm import relax
+
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    dtype = str(node.meta["val"].dtype).removeprefix("torch.")
+    return importer.block_builder.emit(relax.op.cumsum(importer.env[node.args[0]], dim, dtype))
+
+
+def model_spec(name: str, preset: str, task: int, batch: int = 1, seq: int | None = None) -> str:
+    """The canonical spec of a model task.
+
+    >>> model_spec("bert", "tiny", 3, seq=16)
+    'model(name=bert,preset=tiny,task=3)'
+    """
+    _, chosen = _lookup(name, preset)
+    extra = "" if batch == 1 else f",batch={batch}"
+    extra += "" if seq is None or seq == chosen.seq else f",seq={seq}"
+    return f"model(name={name},preset={preset},task={task}{extra})"
+
+
+def parse_model_spec(spec: str) -> dict[str, Any]:
+    """The keyword arguments of a model spec.
+
+    >>> parse_model_spec("model(name=gpt2,preset=base,task=0,seq=64)")
+    {'name': 'gpt2', 'preset': 'base', 'task': 0, 'seq': 64}
+    """
+    match = re.fullmatch(r"\s*model\((.*)\)\s*", spec)
+    if not match:
+        raise ValueError(f"Expected a spec like 'model(name=bert,preset=tiny,task=0)' "
+                         f"but got {spec!r}")
+    kwargs: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in match.group(1).split(","))):
+        key, eq, value = (s.strip() for s in part.partition("="))
+        if not eq or key not in _SPEC_KEYS:
+            raise ValueError(f"Expected key=value with a key in {list(_SPEC_KEYS)} "
+                             f"but got {part!r} in {spec!r}")
+        kwargs[key] = int(value) if re.fullmatch(r"-?\d+", value) else value
+    missing = [k for k in ("name", "preset", "task") if k not in kwargs]
+    if missing:
+        raise ValueError(f"Expected keys {missing} in model spec {spec!r}")
+    return kwargs
+
+
+def extract_tasks(name: str, preset: str = "tiny", target: Any = "llvm", batch: int = 1,
+                  seq: int | None = None) -> list[ModelTask]:
+    """The model's distinct tasks, as MetaSchedule's Relax integration extracts them for target.
+
+    >>> [t.spec for t in extract_tasks("resnet")][:1]  # doctest: +SKIP
+    ['model(name=resnet,preset=tiny,task=0)']
+    """
+    import tvm_ffi
+    from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract
+
+    from .targets import as_target
+
+    seq = _lookup(name, preset)[1].seq if seq is None else seq
+    mod = _imported(name, preset, batch, seq)
+    order = _call_order(mod)
+    found: dict[int, tuple[str, Any, int]] = {}
+    for task in ms_extract(mod, as_target(target)):
+        task_mod = task.dispatched[0]
+        key = tvm_ffi.structural_hash(task_mod)
+        first, _, weight = found.get(key, (task.task_name, task_mod, 0))
+        found[key] = (first, task_mod, weight + int(task.weight))
+    ranked = sorted(found.values(), key=lambda t: (order.get(t[0], len(order)), t[0]))
+    return [
+        ModelTask(model_spec(name, preset, i, batch, seq), task_mod, task_name, weight)
+        for i, (task_name, task_mod, weight) in enumerate(ranked)
+    ]
+
+
+# Importing costs seconds; extracting from the imported module costs milliseconds.
+_imported = functools.lru_cache(maxsize=8)(import_model)
+
+
+def _call_order(mod) -> dict[str, int]:
+    """Each called PrimFunc's name -> the position of its first call in ``main``."""
+    import tvm
+    from tvm import relax
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    order: dict[str, int] = {}
+    for block in mod["main"].body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and value.op.same_as(call_tir):
+                order.setdefault(value.args[0].name_hint, len(order))
+    return order
+
+
+def model_workload(spec: str):
+    """The ``Workload`` of a model task spec (what ``codegen.workloads.workload`` delegates to).
+
+    >>> model_workload("model(name=resnet,preset=tiny,task=0)").spec  # doctest: +SKIP
+    'model(name=resnet,preset=tiny,task=0)'
+    """
+    kwargs = parse_model_spec(spec)
+    task = kwargs.pop("task")
+    tasks = extract_tasks(target=_EXTRACT_TARGET, **kwargs)
+    if not isinstance(task, int) or not 0 <= task < len(tasks):
+        raise ValueError(f"Expected task in 0..{len(tasks) - 1} but got task={task!r}")
+    return tasks[task].workload
