@@ -28,6 +28,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_codec.py
+	$(BIN)/python benchmarks/bench_measure.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

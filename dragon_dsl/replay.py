@@ -77,6 +77,12 @@ def apply_insts(insts: list[Inst], trace, workload: Any, source: str | None = No
     def provider(inst, inputs, attrs, decision):
         position["index"] += 1
         current = insts[position["index"]]
+        if current.kind in ("GetLoops", "GetChildBlocks"):
+            try:
+                _check_count(sch, inputs[0], current, lines)
+            except DslSemanticError as exc:
+                found.append(exc)
+                raise
         if current.kind == "SamplePerfectTile" and decision is not None:
             try:
                 _check_tile(sch, inputs[0], decision, current, lines)
@@ -118,6 +124,20 @@ def loop_names_of(trace, workload: Any) -> dict[int, list[str]] | None:
     except Exception:  # noqa: BLE001  naming is a nicety; the encoder falls back to l<N>
         return None
     return names
+
+
+def _check_count(sch, parent_rv, inst: Inst, lines: list[str]) -> None:
+    """``loops B -> ...`` and ``children X -> ...`` must name exactly what is there."""
+    if inst.kind == "GetLoops":
+        found = [str(sch.get(loop).loop_var.name) for loop in sch.get_loops(parent_rv)]
+        what = f"block {sch.get(parent_rv).name_hint!r} has {len(found)} loops"
+    else:
+        found = [str(sch.get(block).name_hint) for block in sch.get_child_blocks(parent_rv)]
+        what = f"it has {len(found)} child blocks"
+    if len(found) != len(inst.outputs):
+        statement = "loops" if inst.kind == "GetLoops" else "children"
+        raise _locate(inst, lines, f"`{statement}` names {len(inst.outputs)} but {what} "
+                                   f"({', '.join(found)})")
 
 
 def _check_tile(sch, loop_rv, decision, inst: Inst, lines: list[str]) -> None:

@@ -1,0 +1,77 @@
+"""``dragon apply`` and ``dragon bench`` through the installed command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import dragon_dsl
+from codegen.search import sample_traces
+from codegen.workloads import workload
+from dragon_dsl.cli import main
+
+SPEC = "matmul(m=64,n=64,k=64)"
+
+
+@pytest.fixture(scope="module")
+def script_file(tmp_path_factory):
+    wl = workload(SPEC)
+    [trace] = sample_traces(wl.mod, "llvm", "llvm", 1, seed=2)
+    path = tmp_path_factory.mktemp("scripts") / "sampled.dragon"
+    path.write_text(dragon_dsl.from_trace(trace, postproc="auto", postproc_set="llvm",
+                                          workload=wl))
+    return path
+
+
+def test_apply_prints_the_scheduled_module(script_file, capsys):
+    assert main(["apply", str(script_file), "--workload", SPEC]) == 0
+    out = capsys.readouterr().out
+    assert "@I.ir_module" in out and ("T.parallel" in out or "T.vectorized" in out)
+
+
+def test_apply_names_the_statement_that_does_not_fit(tmp_path, capsys):
+    bad = tmp_path / "bad.dragon"
+    bad.write_text('block "C" -> b0\nloops b0 -> i, j\n')
+    assert main(["apply", str(bad), "--workload", SPEC]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}:2:1: apply error" in err
+
+
+def test_apply_rejects_an_unknown_workload_with_usage_error(script_file, capsys):
+    assert main(["apply", str(script_file), "--workload", "matmull(m=1)"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dragon: ") and "matmull" in err and "Traceback" not in err
+
+
+def test_bench_table_with_baseline_and_speedups(script_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DRAGON_CACHE_DIR", str(tmp_path))
+    bad = tmp_path / "bad.dragon"
+    bad.write_text("nonsense\n")
+    code = main(["bench", str(script_file), str(bad), "--workload", SPEC,
+                 "--baselines", "unscheduled,default", "--repeat", "3"])
+    out = capsys.readouterr().out
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{SPEC} on llvm")
+    header = lines[1].split()
+    assert header[:4] == ["outcome", "max", "abs", "err"] and "unscheduled" in lines[1]
+    rows = {ln.split()[0]: ln for ln in lines[3:] if ln and not ln.startswith(" ")}
+    assert "correct" in rows["unscheduled"] and "1.00x" in rows["unscheduled"]
+    assert "unavailable" in rows["default"]  # DLight has no llvm rule for a matmul
+    assert "correct" in rows[str(script_file)] and "parse_error" in rows[str(bad)]
+    # The sampled script's speedup is the ratio of the two measured medians.
+    assert "no DLight CPU rule" in out
+
+
+def test_bench_json_and_cache(script_file, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DRAGON_CACHE_DIR", str(tmp_path))
+    args = ["bench", str(script_file), "--workload", SPEC, "--baselines", "none",
+            "--repeat", "3", "--json"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    second = json.loads(capsys.readouterr().out)
+    [a], [b] = first["rows"], second["rows"]
+    assert a["status"] == "correct" and not a["cached"]
+    assert b["cached"] and b["latency_s"] == a["latency_s"]
