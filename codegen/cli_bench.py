@@ -8,6 +8,7 @@ each script and the baselines, and prints one table.  Exit codes: 0 ok, 1 a scri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -81,7 +82,9 @@ def _baseline_modules(wl, target, names: list[str], trials: int, progress) -> tu
             elif name == "default":
                 modules[name] = baselines.rule_based(wl, target)
             else:
-                best = baselines.metaschedule_best(wl, target, trials=trials)
+                # tune_tir logs its task table to stdout; keep stdout for the result
+                with contextlib.redirect_stdout(sys.stderr):
+                    best = baselines.metaschedule_best(wl, target, trials=trials)
                 modules[f"metaschedule({trials})"] = best.mod
         except baselines.BaselineUnavailable as exc:
             missing[name if name != "metaschedule" else f"metaschedule({trials})"] = str(exc)
