@@ -163,7 +163,10 @@ class Evaluator:
             finally:
                 shutil.rmtree(work_dir, ignore_errors=True)
             if self.cache is not None:
-                for item in (i for i in todo if not i.get("transient")):
+                # A timeout says as much about the machine's load as about the kernel: it is
+                # measured again next time rather than remembered.
+                for item in (i for i in todo if not i.get("transient")
+                             and i["outcome"].status is not Status.TIMEOUT):
                     self.cache.put(item["key"], item["outcome"], workload=identity,
                                    script=item["key_text"], target=self.target_json,
                                    device=self.device, settings=settings)
