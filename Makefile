@@ -29,6 +29,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_codec.py
 	$(BIN)/python benchmarks/bench_measure.py
+	$(BIN)/python benchmarks/bench_prompts.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,78 @@
+"""Workload-aware grammars: every MetaSchedule script of the workload stays accepted, and what
+cannot fit the kernel is refused."""
+
+from __future__ import annotations
+
+import llguidance
+import pytest
+
+import dragon_dsl
+from codegen.search import sample_traces
+from codegen.workloads import workload
+from training.constraints import CATEGORICAL_LISTS, workload_grammar
+
+CASES = [
+    ("matmul(m=128,n=128,k=128)", "llvm", "llvm"),
+    ("softmax(m=64,n=128)", "llvm", "llvm"),
+    ("conv2d(n=1,h=14,w=14,ci=16,co=16)", "cuda", "cuda"),
+    ("dense(m=128,n=768,k=768,bias=1,act=gelu)", "cuda", "cuda"),
+    ("matmul(m=128,n=128,k=128,dtype=float16)", "cuda", "cuda-tensorcore"),
+]
+
+
+class _Bytes:
+    eos_token_id = 256
+    bos_token_id = None
+    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+
+    def __call__(self, text):
+        return list(text)
+
+
+TOKENIZER = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
+
+
+def accepts(grammar, text: str) -> bool:
+    matcher = llguidance.LLMatcher(TOKENIZER, grammar, log_level=0)
+    return matcher.consume_tokens(list(text.encode())) and matcher.is_accepting()
+
+
+@pytest.mark.parametrize("spec,target,rules", CASES)
+def test_metaschedule_scripts_stay_accepted(spec, target, rules):
+    wl = workload(spec)
+    grammar = llguidance.grammar_from("lark", workload_grammar(wl))
+    is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
+    assert not is_error, messages
+    traces = sample_traces(wl.mod, target, rules, 6, seed=4)
+    assert traces
+    for trace in traces:
+        script = dragon_dsl.from_trace(trace, postproc="auto", postproc_set=rules, workload=wl)
+        assert accepts(grammar, script), script
+        for inst in trace.insts:  # the candidate lists cover what MetaSchedule draws
+            if inst.kind.name == "SampleCategorical":
+                values = tuple(int(v) for v in inst.attrs[0])
+                assert values in CATEGORICAL_LISTS, values
+
+
+def test_what_cannot_fit_is_refused_and_the_plain_grammar_allows_it():
+    wl = workload("matmul(m=128,n=128,k=128)")
+    narrow = llguidance.grammar_from("lark", workload_grammar(wl))
+    plain = llguidance.grammar_from("lark", dragon_dsl.grammar.grammar_text())
+    good = 'block "C" -> C\nloops C -> i, j, k\ntile i [4, 2, 16] -> i0..i2\n'
+    wrong = [
+        'block "D" -> D\n',                                        # no such block
+        'block "C" -> b0\n',                                       # named unlike the encoder
+        'block "C" -> C\nloops C -> i, j, k\ntile i [3, 5] -> i0, i1\n',   # 15 != 128
+        'block "C" -> C\nloops C -> i, j, k\ntile k [128, 2] -> k0, k1\n',  # 256 != 128
+        "sample_categorical [0, 16, 64, 512] 4 -> v0\n",           # index past the list
+        "sample_categorical [0, 7] 1 -> v0\n",                     # not a MetaSchedule list
+    ]
+    assert accepts(narrow, good) and accepts(plain, good)
+    for text in wrong:
+        assert accepts(plain, text), text
+        assert not accepts(narrow, text), text
+
+
+def test_derived_loops_keep_the_plain_rule():
+    narrow = llguidance.grammar_from("lark", workload_grammar(workload("matmul(m=16,n=16,k=16)")))
+    assert accepts(narrow, "tile l7 [3, 5] -> l8, l9\n")

@@ -1,0 +1,239 @@
+"""Prompts for the two tasks, defined once for dataset building, RL rollouts and evaluation.
+
+*Construction* shows an unoptimized kernel; *refinement* shows a kernel, a script for it and
+the script's measured latency. Plain-text prompts (for models trained from scratch) read::
+
+    Dragon construction, target llvm          Dragon refinement, target cuda
+    kernel:                                   kernel:
+    <kernel description>                      <kernel description>
+    script:                                   script (latency 12.35 us):
+                                              <current script>
+                                              <end>
+                                              improved script:
+
+The prompt ends with a newline right where the model's script begins, and a completion is the
+script followed by ``SCRIPT_END`` (``"\\n<end>\\n"``): ``format_completion`` writes one for
+training, the sampler stops at ``STOP`` (``"<end>"``), and ``split_completion`` takes the
+script back out. ``<end>`` cannot start a Dragon statement, so it never occurs in a script.
+The kernel description is ``training.kernel_text.describe`` (or the module's TVMScript, per
+``PromptConfig.kernel``).
+
+Instruct models get ``chat_messages``: a system message, and the plain prompt as the user
+message; ``apply_chat_template`` renders them with the tokenizer's chat template, or, for a
+tokenizer without one, gives back the plain prompt.
+
+Prompts are deterministic (the same workload, target and script give the same bytes).
+``PROMPT_VERSION`` names the format: any change to the text of a prompt, including the kernel
+description, needs a new version, so that data built with one format is never mixed with
+another (``tests/test_prompts.py`` pins the version-1 text).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field
+from typing import Any
+
+from dragon_dsl.errors import DragonError
+
+from .kernel_text import describe, tvmscript
+
+__all__ = ["KERNEL_FORMATS", "PROMPT_VERSION", "SCRIPT_END", "STOP", "SYSTEM_PROMPT",
+           "CompletionError", "PromptConfig", "apply_chat_template", "chat_messages",
+           "construction_prompt", "format_completion", "refinement_prompt",
+           "split_completion", "target_name"]
+
+PROMPT_VERSION = 1
+STOP = "<end>"
+SCRIPT_END = f"\n{STOP}\n"
+KERNEL_FORMATS = ("compact", "tvmscript")
+SYSTEM_PROMPT = ("You optimize tensor programs for TVM by writing Dragon scripts: MetaSchedule "
+                 "schedules, one statement per line. Answer with the script only, then a line "
+                 f"{STOP}.")
+_SHORT_TARGETS = ("llvm", "cuda")
+
+
+class CompletionError(DragonError, ValueError):
+    """A completion without the end marker (generation stopped early, e.g. at max tokens).
+
+    ``text`` holds the completion.
+    """
+
+    def __init__(self, message: str, *, text: str) -> None:
+        self.text = text
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class PromptConfig:
+    """How prompts are written; the defaults are the format of ``PROMPT_VERSION``.
+
+    >>> PromptConfig(kernel="tvmscript").kernel
+    'tvmscript'
+    """
+
+    kernel: str = field(default="compact", metadata={
+        "help": "how the kernel is shown: 'compact' (training.kernel_text.describe) or "
+                "'tvmscript' (the module's TVMScript, several times longer)"})
+    include_target: bool = field(default=True, metadata={
+        "help": "name the target (llvm, cuda) in the header line"})
+    latency_digits: int = field(default=4, metadata={
+        "help": "significant digits of the latency shown in refinement prompts"})
+    system_prompt: str = field(default=SYSTEM_PROMPT, metadata={
+        "help": "the system message of chat_messages (instruct models only)"})
+
+    def __post_init__(self) -> None:
+        if self.kernel not in KERNEL_FORMATS:
+            raise ValueError(f"Expected one of {', '.join(KERNEL_FORMATS)} but got "
+                             f"kernel={self.kernel!r}")
+        if not isinstance(self.latency_digits, int) or not 1 <= self.latency_digits <= 17:
+            raise ValueError(f"Expected an int in 1..17 but got "
+                             f"latency_digits={self.latency_digits!r}")
+
+
+_DEFAULT = PromptConfig()
+
+
+def construction_prompt(workload: Any, target: Any, config: PromptConfig | None = None) -> str:
+    """The plain-text prompt to write a script for an unoptimized kernel.
+
+    >>> print(construction_prompt("matmul(m=8,n=8,k=4)", "llvm"), end="")
+    Dragon construction, target llvm
+    kernel:
+    input A float32[8, 4]
+    input B float32[4, 8]
+    output C float32[8, 8]
+    block "C"
+      loops i 8 S, j 8 S, k 4 R
+      reads A, B; writes C
+      init C[i, j] = 0
+      C[i, j] += A[i, k] * B[k, j]
+    script:
+    """
+    config = config or _DEFAULT
+    return f"{_header('construction', target, config)}{_kernel(workload, config)}script:\n"
+
+
+def refinement_prompt(workload: Any, target: Any, script: str, latency_s: float,
+                      config: PromptConfig | None = None) -> str:
+    """The plain-text prompt to improve ``script``, which runs the kernel in ``latency_s``.
+
+    >>> text = refinement_prompt("matmul(m=8,n=8,k=4)", "cuda", "annotate root x=1\\n", 2.5e-6)
+    >>> print(text[text.index("script ("):], end="")
+    script (latency 2.5 us):
+    annotate root x=1
+    <end>
+    improved script:
+    """
+    config = config or _DEFAULT
+    if not isinstance(script, str):
+        raise TypeError(f"Expected the current script as a str but got "
+                        f"script={type(script).__name__}")
+    latency = _latency_text(latency_s, config.latency_digits)
+    return (f"{_header('refinement', target, config)}{_kernel(workload, config)}"
+            f"script (latency {latency}):\n{format_completion(script)}improved script:\n")
+
+
+def format_completion(script: str) -> str:
+    """A script as the model writes it: the script, then ``SCRIPT_END``.
+
+    >>> format_completion("annotate root x=1\\n")
+    'annotate root x=1\\n<end>\\n'
+    """
+    return script.rstrip("\n") + SCRIPT_END
+
+
+def split_completion(text: str, *, require_end: bool = True) -> str:
+    """The script of a completion: the text before ``STOP``, ending with one newline (or ``""``).
+
+    Without ``STOP`` the completion was cut off and ``CompletionError`` is raised, unless
+    ``require_end=False`` (for a sampler that strips the stop string it stopped at).
+
+    >>> split_completion("tile i [8, 8] -> i0..i1\\n<end>\\n")
+    'tile i [8, 8] -> i0..i1\\n'
+    """
+    index = text.find(STOP)
+    if index < 0:
+        if require_end:
+            tail = text[-60:]
+            raise CompletionError(f"Expected a completion ending with {STOP!r} but got "
+                                  f"{len(text)} characters ending {tail!r} (cut off?)",
+                                  text=text)
+        index = len(text)
+    script = text[:index].rstrip("\n")
+    return script + "\n" if script.strip() else ""
+
+
+def chat_messages(workload: Any, target: Any, script: str | None = None,
+                  latency_s: float | None = None,
+                  config: PromptConfig | None = None) -> list[dict[str, str]]:
+    """Messages for an instruct model: the system prompt, then the plain prompt as the user's.
+
+    Refinement when ``script`` and ``latency_s`` are given, construction when neither is.
+
+    >>> [m["role"] for m in chat_messages("matmul(m=8,n=8,k=4)", "llvm")]
+    ['system', 'user']
+    """
+    config = config or _DEFAULT
+    if (script is None) != (latency_s is None):
+        raise ValueError(f"Expected both script and latency_s (refinement) or neither "
+                         f"(construction) but got script={'None' if script is None else '...'}, "
+                         f"latency_s={latency_s!r}")
+    if script is None:
+        user = construction_prompt(workload, target, config)
+    else:
+        user = refinement_prompt(workload, target, script, latency_s, config)
+    return [{"role": "system", "content": config.system_prompt},
+            {"role": "user", "content": user}]
+
+
+def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The text to generate from: the tokenizer's chat template with the generation prompt, or
+    the plain prompt (the user messages' text) when the tokenizer has no template.
+
+    >>> apply_chat_template(None, [{"role": "system", "content": "s"},
+    ...                            {"role": "user", "content": "p\\nscript:\\n"}])
+    'p\\nscript:\\n'
+    """
+    for message in messages:
+        if not isinstance(message, dict) or {"role", "content"} - set(message):
+            raise ValueError(f"Expected messages as dicts with 'role' and 'content' but got "
+                             f"{message!r}")
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                             tokenize=False)
+    return "".join(m["content"] for m in messages if m["role"] == "user")
+
+
+def target_name(target: Any) -> str:
+    """The target's kind as prompts name it: ``llvm`` or ``cuda``.
+
+    >>> target_name("nvidia/nvidia-h100")
+    'cuda'
+    """
+    if isinstance(target, str) and target in _SHORT_TARGETS:
+        return target
+    from codegen.targets import as_target
+
+    return str(as_target(target).kind.name)
+
+
+def _header(task: str, target: Any, config: PromptConfig) -> str:
+    where = f", target {target_name(target)}" if config.include_target else ""
+    return f"Dragon {task}{where}\nkernel:\n"
+
+
+def _kernel(workload: Any, config: PromptConfig) -> str:
+    return describe(workload) if config.kernel == "compact" else tvmscript(workload)
+
+
+def _latency_text(seconds: Any, digits: int) -> str:
+    """``seconds`` in s, ms or us, with ``digits`` significant digits."""
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or \
+            not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"Expected a positive, finite latency in seconds but got "
+                         f"latency_s={seconds!r}")
+    unit, scale = next(((u, s) for u, s in (("s", 1.0), ("ms", 1e-3)) if seconds >= s),
+                       ("us", 1e-6))
+    return f"{seconds / scale:.{digits}g} {unit}"
