@@ -9,7 +9,12 @@ import pytest
 import dragon_dsl
 from codegen.search import sample_traces
 from codegen.workloads import workload
-from training.constraints import CATEGORICAL_LISTS, workload_grammar
+from training.constraints import (
+    CATEGORICAL_LISTS,
+    expand_ranges,
+    sampling_grammar,
+    workload_grammar,
+)
 
 CASES = [
     ("matmul(m=128,n=128,k=128)", "llvm", "llvm"),
@@ -47,7 +52,9 @@ def test_metaschedule_scripts_stay_accepted(spec, target, rules):
     assert traces
     for trace in traces:
         script = dragon_dsl.from_trace(trace, postproc="auto", postproc_set=rules, workload=wl)
-        assert accepts(grammar, script), script
+        spelled = expand_ranges(script)
+        assert accepts(grammar, spelled), spelled
+        assert dragon_dsl.format(spelled) == script  # the same script, canonical again
         for inst in trace.insts:  # the candidate lists cover what MetaSchedule draws
             if inst.kind.name == "SampleCategorical":
                 values = tuple(int(v) for v in inst.attrs[0])
@@ -58,7 +65,7 @@ def test_what_cannot_fit_is_refused_and_the_plain_grammar_allows_it():
     wl = workload("matmul(m=128,n=128,k=128)")
     narrow = llguidance.grammar_from("lark", workload_grammar(wl))
     plain = llguidance.grammar_from("lark", dragon_dsl.grammar.grammar_text())
-    good = 'block "C" -> C\nloops C -> i, j, k\ntile i [4, 2, 16] -> i0..i2\n'
+    good = 'block "C" -> C\nloops C -> i, j, k\ntile i [4, 2, 16] -> i0, i1, i2\n'
     wrong = [
         'block "D" -> D\n',                                        # no such block
         'block "C" -> b0\n',                                       # named unlike the encoder
@@ -76,3 +83,10 @@ def test_what_cannot_fit_is_refused_and_the_plain_grammar_allows_it():
 def test_derived_loops_keep_the_plain_rule():
     narrow = llguidance.grammar_from("lark", workload_grammar(workload("matmul(m=16,n=16,k=16)")))
     assert accepts(narrow, "tile l7 [3, 5] -> l8, l9\n")
+
+
+def test_sampling_grammar_has_no_ranges_that_could_be_wrong():
+    plain = llguidance.grammar_from("lark", sampling_grammar())
+    assert not llguidance.LLMatcher.validate_grammar_with_warnings(plain)[0]
+    assert accepts(plain, "fuse l3 l4 -> l5\n")
+    assert not accepts(plain, "fuse l6..b2 -> l5\n")  # the parser would refuse it

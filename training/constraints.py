@@ -11,7 +11,8 @@ The language's grammar admits any script; this narrows it so that a sampled scri
 - draw categorical decisions from MetaSchedule's candidate lists (unroll steps, cooperative
   fetch widths) with an index inside the list.
 
-The result is llguidance Lark (it is compiled in milliseconds per workload), not for the Lark
+Like ``sampling_grammar`` (which it starts from) it has no name ranges.  The result is
+llguidance Lark (it is compiled in milliseconds per workload), not for the Lark
 parser: samples are still parsed with the one grammar.  Every MetaSchedule-sampled script of
 the workload stays accepted (tested), so the constraints remove only what cannot apply.
 """
@@ -23,7 +24,8 @@ from typing import Any
 
 from dragon_dsl.grammar import grammar_text
 
-__all__ = ["CATEGORICAL_LISTS", "kernel_loops", "workload_grammar"]
+__all__ = ["CATEGORICAL_LISTS", "expand_ranges", "kernel_loops", "sampling_grammar",
+           "workload_grammar"]
 
 # MetaSchedule's candidate lists (tvm/s_tir/meta_schedule/schedule_rule: the unroll steps of
 # ParallelizeVectorizeUnroll for CPU and GPU, and MultiLevelTiling's cooperative-fetch vector
@@ -83,6 +85,42 @@ def _literal(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+_RANGE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*?)([0-9]+)\.\.([A-Za-z_][A-Za-z0-9_]*?)([0-9]+)\b")
+
+
+def expand_ranges(script: str) -> str:
+    """A script with each ``l3..l6`` written out (``l3, l4, l5, l6`` in results and brackets,
+    ``l3 l4 l5 l6`` among positional arguments): the form the sampling grammars produce, and
+    so the form to train on.
+
+    >>> expand_ranges("fuse i0..i1 -> l0..l1")
+    'fuse i0 i1 -> l0, l1'
+    """
+    def spell(m: re.Match) -> str:
+        prefix, first, last = m.group(1), int(m.group(2)), int(m.group(4))
+        if m.group(3) != prefix or first >= last:
+            return m.group(0)
+        before = m.string[m.string.rfind("\n", 0, m.start()) + 1:m.start()]
+        listed = "->" in before or before.count("[") > before.count("]")
+        return (", " if listed else " ").join(f"{prefix}{k}" for k in range(first, last + 1))
+
+    return _RANGE.sub(spell, script)
+
+
+def sampling_grammar(text: str | None = None) -> str:
+    """The grammar a sampler constrains by: the language's, without name ranges.
+
+    ``l3..l6`` is a range only when both ends share a prefix and the first number is smaller,
+    which no context-free grammar can say; a sampler that wrote ``l6..b2`` would produce text
+    the parser refuses.  Without ranges a sampled script lists names one by one (``l3, l4``),
+    which parses, means the same, and prints back in canonical form with its ranges.
+    """
+    text = grammar_text() if text is None else text
+    text = _replace(text, "_out: name | name_range", "_out: name")
+    text = _replace(text, "_name_item: name | name_range", "_name_item: name")
+    return _replace(text, "?factor: name | name_range | INT | NONE", "?factor: name | INT | NONE")
+
+
 def workload_grammar(workload: Any) -> str:
     """The grammar narrowed to ``workload``'s blocks, loops and extents (llguidance Lark).
 
@@ -91,7 +129,7 @@ def workload_grammar(workload: Any) -> str:
     True
     """
     blocks, loops = kernel_loops(workload)
-    text = grammar_text()
+    text = sampling_grammar()
     extra: dict[str, str] = {}
 
     names = [*dict.fromkeys([*blocks, "root"])]
