@@ -108,7 +108,7 @@ def expand_ranges(script: str) -> str:
 
 
 def sampling_grammar(text: str | None = None) -> str:
-    """The grammar a sampler constrains by: the language's, without name ranges.
+    """The grammar a sampler constrains by: the language's, without name ranges or comments.
 
     ``l3..l6`` is a range only when both ends share a prefix and the first number is smaller,
     which no context-free grammar can say; a sampler that wrote ``l6..b2`` would produce text
@@ -116,6 +116,9 @@ def sampling_grammar(text: str | None = None) -> str:
     which parses, means the same, and prints back in canonical form with its ranges.
     """
     text = grammar_text() if text is None else text
+    # A comment opened mid-statement can never be closed (its newline ends the statement too);
+    # sampled scripts carry no comments.
+    text = _replace(text, "%ignore COMMENT\n", "")
     text = _replace(text, "_out: name | name_range", "_out: name")
     text = _replace(text, "_name_item: name | name_range", "_name_item: name")
     return _replace(text, "?factor: name | name_range | INT | NONE", "?factor: name | INT | NONE")

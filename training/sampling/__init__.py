@@ -1,0 +1,36 @@
+"""Sampling Dragon scripts from a causal LM, every token constrained by ``grammar/dragon.lark``.
+
+>>> from training.sampling import SamplingConfig, load, sample     # doctest: +SKIP
+>>> model, tokenizer = load("runs/tiny")                           # doctest: +SKIP
+>>> samples = sample(model, tokenizer, prompt, SamplingConfig(n=16, max_new_tokens=256))
+...                                                                # doctest: +SKIP
+"""
+
+from .closing import CLOSING_PIECES
+from .config import BACKENDS, DEFAULT_BACKEND, FinishReason, Sample, SamplingConfig
+from .generate import eos_token_ids, load, outlines_generator, sample
+from .grammar_processor import (
+    GrammarLogitsProcessor,
+    grammar_logits_processor,
+    llg_tokenizer,
+    with_end_marker,
+)
+from .rollout import grammar_rollout
+
+__all__ = [
+    "BACKENDS",
+    "CLOSING_PIECES",
+    "DEFAULT_BACKEND",
+    "FinishReason",
+    "GrammarLogitsProcessor",
+    "Sample",
+    "SamplingConfig",
+    "eos_token_ids",
+    "grammar_logits_processor",
+    "grammar_rollout",
+    "llg_tokenizer",
+    "load",
+    "outlines_generator",
+    "sample",
+    "with_end_marker",
+]

@@ -1,0 +1,150 @@
+"""Closing an unfinished script: a short string after which the grammar accepts.
+
+Used near the end of the token budget (``SamplingConfig.wind_down``), so that a script the model
+has not finished still ends where the grammar allows it rather than being cut mid-statement.
+
+The string is built from pieces: ``CLOSING_PIECES``, then the grammar's own literals (keywords
+such as `partition_pos`, which some statements require).  Greedily first: the end-of-script
+marker when the grammar accepts right after it, else the pieces in that order, never
+two spaces in a row and no piece more than ``GREEDY_REPEATS`` times (`{4-x-x-x...` would not
+end): a newline ends a statement; a quote closes a string (before `]`, which a string would take
+forever); then brackets, `->` and `=>`, separators; then what a statement may still require: a
+space, a name, a number (`=` before `x` so that `map(x` becomes `map(x=>)`, `.` before `0` so
+that `probs=[-0` gets its fraction), an opening bracket, a few keywords.  When the greedy string
+does not end within ``SEARCH_DEPTH`` pieces, an iterative-deepening search over
+``CLOSING_PIECES`` looks for the shortest one, giving up after ``SEARCH_BUDGET`` tries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterable
+
+import llguidance
+
+__all__ = ["CLOSING_PIECES", "GREEDY_REPEATS", "SEARCH_BUDGET", "SEARCH_DEPTH", "Closer",
+           "grammar_literals"]
+
+CLOSING_PIECES = (b"\n", b'"', b"]", b")", b"}", b">", b"=", b";", b":", b"-", b" ", b"x", b".",
+                  b"0", b",", b"[", b"(", b"read", b"true", b"map", b"int32", b"llvm", b"K")
+GREEDY_REPEATS = 6
+SEARCH_DEPTH = 24
+SEARCH_BUDGET = 1000
+
+
+def grammar_literals(lark: str) -> list[bytes]:
+    """The quoted literals of a Lark grammar, in order of first appearance.
+
+    >>> grammar_literals('s_tile: "tile" name "[" INT "]"')
+    [b'tile', b'[', b']']
+    """
+    # Comments and regular expressions are skipped, not searched for quotes.
+    tokens = re.finditer(r'//[^\n]*|"((?:[^"\\\n]|\\.)*)"|/(?:[^/\\\n]|\\.)+/', lark)
+    found = [m.group(1) for m in tokens if m.group(1)]
+    literals = []
+    for text in found:
+        try:
+            literal = json.loads(f'"{text}"').encode()
+        except ValueError:
+            continue
+        if literal not in literals:
+            literals.append(literal)
+    return literals
+
+
+class Closer:
+    """Finds closing strings for matchers over one tokenizer; each piece is spelled in tokens
+    once (pieces the tokenizer cannot spell exactly are dropped).  ``extra`` pieces (a
+    grammar's literals) are tried after ``pieces``, by the greedy pass only; ``finals`` (an end
+    marker) are taken first whenever the grammar accepts right after one."""
+
+    def __init__(self, tokenizer: llguidance.LLTokenizer,
+                 pieces: Iterable[bytes] = CLOSING_PIECES, extra: Iterable[bytes] = (),
+                 finals: Iterable[bytes] = ()):
+        base = list(dict.fromkeys(pieces))
+        finals = list(finals)
+        spelled = {p: _spell(tokenizer, p) for p in [*base, *extra, *finals]}
+        self.pieces = [spelled[p] for p in base if spelled[p]]
+        self.greedy_pieces = [*dict.fromkeys(spelled[p] for p in [*base, *extra] if spelled[p])]
+        self.finals = [spelled[p] for p in finals if spelled[p]]
+        self._space = _spell(tokenizer, b" ")
+
+    def path(self, matcher: llguidance.LLMatcher) -> list[int] | None:
+        """Tokens after which ``matcher`` accepts, or None; ``matcher`` is left as it was."""
+        pieces = self._greedy(matcher)
+        if pieces is None:
+            pieces = self._shortest(matcher)
+        return None if pieces is None else [t for piece in pieces for t in piece]
+
+    def _greedy(self, matcher: llguidance.LLMatcher) -> list[tuple[int, ...]] | None:
+        path: list[tuple[int, ...]] = []
+        uses: Counter = Counter()
+        while not matcher.is_accepting() and len(path) < SEARCH_DEPTH:
+            last = path[-1] if path else None
+            piece = self._final_piece(matcher) or next(
+                (p for p in self.greedy_pieces if uses[p] < GREEDY_REPEATS
+                 and not (p == self._space and last == self._space)
+                 and _consume(matcher, p)), None)
+            if piece is None:
+                break
+            path.append(piece)
+            uses[piece] += 1
+        accepted = matcher.is_accepting()
+        matcher.rollback(sum(len(p) for p in path))
+        return path if accepted else None
+
+    def _final_piece(self, matcher: llguidance.LLMatcher) -> tuple[int, ...] | None:
+        """A final piece after which ``matcher`` accepts, consumed."""
+        for piece in self.finals:
+            if _consume(matcher, piece):
+                if matcher.is_accepting():
+                    return piece
+                matcher.rollback(len(piece))
+        return None
+
+    def _shortest(self, matcher: llguidance.LLMatcher) -> list[tuple[int, ...]] | None:
+        budget = SEARCH_BUDGET
+
+        def search(depth: int, path: list[tuple[int, ...]]) -> bool:
+            nonlocal budget
+            if matcher.is_accepting():
+                return True
+            if depth == 0:
+                return False
+            for piece in self.pieces:
+                budget -= 1
+                if budget < 0:
+                    return False
+                if _consume(matcher, piece):
+                    path.append(piece)
+                    found = search(depth - 1, path)
+                    matcher.rollback(len(piece))
+                    if found:
+                        return True
+                    path.pop()
+            return False
+
+        for depth in range(1, SEARCH_DEPTH + 1):
+            path: list[tuple[int, ...]] = []
+            if search(depth, path):
+                return path
+            if budget < 0:
+                break
+        return None
+
+
+def _spell(tokenizer: llguidance.LLTokenizer, piece: bytes) -> tuple[int, ...]:
+    ids = tuple(tokenizer.tokenize_bytes(piece))
+    return ids if ids and tokenizer.decode_bytes(list(ids)) == piece else ()
+
+
+def _consume(matcher: llguidance.LLMatcher, piece: tuple[int, ...]) -> bool:
+    """Consume all of ``piece`` or nothing."""
+    n = matcher.try_consume_tokens(list(piece))
+    if n == len(piece):
+        return True
+    if n:
+        matcher.rollback(n)
+    return False
