@@ -90,3 +90,9 @@ def test_sampling_grammar_has_no_ranges_that_could_be_wrong():
     assert not llguidance.LLMatcher.validate_grammar_with_warnings(plain)[0]
     assert accepts(plain, "fuse l3 l4 -> l5\n")
     assert not accepts(plain, "fuse l6..b2 -> l5\n")  # the parser would refuse it
+
+
+def test_keywords_are_not_names_when_sampling():
+    plain = llguidance.grammar_from("lark", sampling_grammar())
+    assert accepts(plain, "reorder x y\n")
+    assert not accepts(plain, "reorder x vectorize\n")  # Lark would read the keyword

@@ -99,10 +99,10 @@ def test_thousand_untrained_samples_stay_in_the_grammar(thousand, tokenizer, rec
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "the sampling grammar (grammar/dragon.lark without ranges and comments; strings without "
-    "control characters) still admits text dragon_dsl.parse rejects: keywords used as names "
-    "(`reorder vectorize`), a keyword glued to what follows (`read343`), float overflow and "
-    "fractional integer-suffixed numbers (`1.5i8`)"))
+    "the sampling grammar (no ranges, comments, control characters in strings, or keywords as "
+    "names) still admits text dragon_dsl.parse rejects: a keyword glued to a number "
+    "(`write4321697`), float overflow (`1e510611`), fractional integer-suffixed numbers; last "
+    "measured: 988 of 1000 ended, 943 parse, 12 hit max_new_tokens"))
 def test_thousand_untrained_samples_parse(thousand):
     samples, seconds = thousand
     ended = [s for s in samples if s.finish_reason == "end"]

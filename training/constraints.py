@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dragon_dsl.grammar import grammar_text
+from dragon_dsl.grammar import grammar_text, reserved_words
 
 __all__ = ["CATEGORICAL_LISTS", "expand_ranges", "kernel_loops", "sampling_grammar",
            "workload_grammar"]
@@ -108,7 +108,8 @@ def expand_ranges(script: str) -> str:
 
 
 def sampling_grammar(text: str | None = None) -> str:
-    """The grammar a sampler constrains by: the language's, without name ranges or comments.
+    """The grammar a sampler constrains by: the language's, without name ranges or comments,
+    and with keywords kept out of names.
 
     ``l3..l6`` is a range only when both ends share a prefix and the first number is smaller,
     which no context-free grammar can say; a sampler that wrote ``l6..b2`` would produce text
@@ -119,6 +120,10 @@ def sampling_grammar(text: str | None = None) -> str:
     # A comment opened mid-statement can never be closed (its newline ends the statement too);
     # sampled scripts carry no comments.
     text = _replace(text, "%ignore COMMENT\n", "")
+    # Lark lexes a keyword as the keyword, never as a name; llguidance would take either.
+    words = " | ".join(_literal(w) for w in sorted(reserved_words()))
+    text = _replace(text, "NAME: /[A-Za-z_][A-Za-z0-9_]*/",
+                    f"NAME: /[A-Za-z_][A-Za-z0-9_]*/ & ~({words})")
     text = _replace(text, "_out: name | name_range", "_out: name")
     text = _replace(text, "_name_item: name | name_range", "_name_item: name")
     return _replace(text, "?factor: name | name_range | INT | NONE", "?factor: name | INT | NONE")
