@@ -11,23 +11,13 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from pathlib import Path
+
+from dragon_dsl.cli import UsageError, read_source
 
 __all__ = ["register"]
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS = 0, 1  # usage errors raise UsageError: exit 2
 BASELINES = ("unscheduled", "default", "metaschedule")
-
-
-def _fail(message: str) -> int:
-    print(f"dragon: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def _read(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    return Path(path).read_text(encoding="utf-8")
 
 
 def _load(spec: str):
@@ -46,11 +36,11 @@ def cmd_apply(args) -> int:
     from .workers import JobCrashed, JobFailed, JobTimeout, Worker
 
     try:
-        text = _read(args.script)
+        text = read_source(args.script)
         wl = _load(args.workload)
         spec = target_spec(as_target(args.target))
-    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
-        return _fail(str(exc))
+    except (ValueError, TypeError) as exc:  # a bad workload spec or target
+        raise UsageError(str(exc)) from None
     name = "<stdin>" if args.script == "-" else args.script
     try:
         with Worker() as worker:  # TVM's schedule primitives can abort the process
@@ -136,15 +126,15 @@ def cmd_bench(args) -> int:
             print(message, file=sys.stderr, flush=True)
 
     try:
-        scripts = {path: _read(path) for path in args.scripts}
+        scripts = {path: read_source(path) for path in args.scripts}
         wl = _load(args.workload)
         target = as_target(args.target)
-    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
-        return _fail(str(exc))
+    except (ValueError, TypeError) as exc:  # a bad workload spec or target
+        raise UsageError(str(exc)) from None
     names = [] if args.baselines == "none" else [b.strip() for b in args.baselines.split(",")]
     unknown = sorted(set(names) - set(BASELINES))
     if unknown:
-        return _fail(f"Expected baselines from {list(BASELINES)} but got {unknown}")
+        raise UsageError(f"Expected baselines from {list(BASELINES)} but got {unknown}")
     config = MeasureConfig(repeat=args.repeat, run_timeout_s=args.timeout)
     with Evaluator(target, config=config, cache=False if args.no_cache else None,
                    builders=args.builders) as ev:

@@ -14,16 +14,18 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["UsageError", "main", "read_source"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
 
 class UsageError(Exception):
-    pass
+    """Bad arguments or unreadable input: ``main`` prints ``dragon: MESSAGE`` and exits 2.
+    Subcommands added through ``dragon.commands`` raise it too."""
 
 
-def _read(path: str) -> str:
+def read_source(path: str) -> str:
+    """A file's text, or standard input for ``-``; UsageError when it cannot be read."""
     if path == "-":
         return sys.stdin.read()
     try:
@@ -54,7 +56,7 @@ def cmd_check(args) -> int:
     wl = _workload(args.workload)
     results, failed = [], False
     for path in args.files:
-        diagnostics = check(_read(path), workload=wl, target=args.target)
+        diagnostics = check(read_source(path), workload=wl, target=args.target)
         failed |= bool(diagnostics)
         results.append((path, diagnostics))
     if args.json:
@@ -78,7 +80,7 @@ def cmd_fmt(args) -> int:
 
     status = EXIT_OK
     for path in args.files:
-        text = _read(path)
+        text = read_source(path)
         try:
             canonical = format_script(text)
         except DragonError as exc:
@@ -104,7 +106,7 @@ def cmd_encode(args) -> int:
     from .errors import DragonError
 
     try:
-        data = json.loads(_read(args.trace))
+        data = json.loads(read_source(args.trace))
     except json.JSONDecodeError as exc:
         print(f"{args.trace}: not JSON: {exc}", file=sys.stderr)
         return EXIT_FINDINGS
@@ -143,7 +145,7 @@ def cmd_decode(args) -> int:
 
     wl = _workload(args.workload)
     try:
-        trace = to_trace(_read(args.script), workload=wl, target=args.target)
+        trace = to_trace(read_source(args.script), workload=wl, target=args.target)
     except DragonError as exc:
         print(f"{args.script}: {exc}", file=sys.stderr)
         return EXIT_FINDINGS

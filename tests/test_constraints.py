@@ -16,6 +16,8 @@ from training.constraints import (
     workload_grammar,
 )
 
+from .test_grammar import _ByteTokenizer
+
 CASES = [
     ("matmul(m=128,n=128,k=128)", "llvm", "llvm"),
     ("softmax(m=64,n=128)", "llvm", "llvm"),
@@ -25,16 +27,7 @@ CASES = [
 ]
 
 
-class _Bytes:
-    eos_token_id = 256
-    bos_token_id = None
-    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
-
-    def __call__(self, text):
-        return list(text)
-
-
-TOKENIZER = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
+TOKENIZER = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
 
 
 def accepts(grammar, text: str) -> bool:

@@ -13,15 +13,11 @@ By default every token is constrained by the grammar narrowed to the workload
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+from dragon_dsl.cli import UsageError
+
 __all__ = ["register"]
-
-
-def _fail(message: str) -> int:
-    print(f"dragon: {message}", file=sys.stderr)
-    return 2
 
 
 def cmd_sample(args) -> int:
@@ -31,14 +27,14 @@ def cmd_sample(args) -> int:
         wl = workload(args.workload)
         old = Path(args.refine).read_text(encoding="utf-8") if args.refine else None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
-        return _fail(str(exc))
+        raise UsageError(str(exc)) from None
     from training.prompts import construction_prompt, refinement_prompt
     from training.sampling import SamplingConfig, load, sample
 
     try:
         model, tokenizer = load(args.model)
     except (OSError, ValueError) as exc:
-        return _fail(f"cannot load the model: {exc}")
+        raise UsageError(f"cannot load the model: {exc}") from None
     evaluator = None
     if args.check or (old is not None and args.latency_us is None):
         from codegen.evaluate import Evaluator
@@ -52,7 +48,7 @@ def cmd_sample(args) -> int:
             if latency is None:
                 [measured] = evaluator.evaluate(wl, [old])
                 if not measured.ok:
-                    return _fail(f"{args.refine} is not a working script for {wl.spec}: "
+                    raise UsageError(f"{args.refine} is not a working script for {wl.spec}: "
                                  f"{measured.summary()}")
                 latency = measured.latency_s
             prompt = refinement_prompt(wl, args.target, old, latency)
