@@ -29,6 +29,16 @@ _SUFFIX_DTYPES = {
     "f16": "float16", "f32": "float32", "f64": "float64", "b": "bool",
 }
 
+_FLOAT_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38,
+              "float64": 1.7976931348623157e308}
+
+
+def _int_range(dtype: str) -> tuple[int, int]:
+    if dtype == "bool":
+        return 0, 1
+    bits = int(dtype.lstrip("uint"))
+    return (0, 2**bits - 1) if dtype.startswith("u") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+
 
 @functools.cache
 def parser() -> lark.Lark:
@@ -49,11 +59,15 @@ def parse_number(text: str):
             body, dtype = text[: -len(suffix)], _SUFFIX_DTYPES[suffix]
             if dtype.startswith("float"):
                 value = float(body)
-                if not math.isfinite(value):
-                    raise ValueError(f"{body} is out of the range of a 64-bit float")
+                if not abs(value) <= _FLOAT_MAX[dtype]:
+                    raise ValueError(f"{body} is out of the range of {dtype} "
+                                     f"(magnitude at most {_FLOAT_MAX[dtype]:g})")
                 return Imm(dtype, value)
             if "." in body or "e" in body.lower():
                 raise ValueError(f"integer dtype {dtype} with a non-integer value {body!r}")
+            low, high = _int_range(dtype)
+            if not low <= int(body) <= high:
+                raise ValueError(f"{body} is out of the range of {dtype} ({low} to {high})")
             return Imm(dtype, int(body))
     value = float(text)
     if not math.isfinite(value):
@@ -356,9 +370,12 @@ def parse(text: str | bytes) -> Program:
         raise DslSyntaxError("expressions are nested too deeply", line=1, column=1) from None
     except lark.exceptions.VisitError as exc:
         orig = exc.orig_exc
-        meta = getattr(exc.obj, "meta", None)
-        line = getattr(meta, "line", None) if meta is not None and not meta.empty else None
-        column = getattr(meta, "column", None) if line is not None else None
+        if isinstance(exc.obj, Token):  # a token's own value is wrong (a number out of range)
+            line, column = exc.obj.line, exc.obj.column
+        else:
+            meta = getattr(exc.obj, "meta", None)
+            line = getattr(meta, "line", None) if meta is not None and not meta.empty else None
+            column = getattr(meta, "column", None) if line is not None else None
         raise DslSyntaxError(
             str(orig), line=line, column=column,
             source_line=lines[line - 1] if line else None,

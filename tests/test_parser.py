@@ -35,6 +35,29 @@ def test_bad_range_is_a_syntax_error_at_its_statement():
     assert info.value.line == 2 and "not a range" in str(info.value)
 
 
+@pytest.mark.parametrize("literal,reason", [
+    ("300i8", "300 is out of the range of int8 (-128 to 127)"),
+    ("-1u32", "-1 is out of the range of uint32 (0 to 4294967295)"),
+    ("2b", "2 is out of the range of bool (0 to 1)"),
+    ("7e4f16", "7e4 is out of the range of float16 (magnitude at most 65504)"),
+    ("1e39f32", "1e39 is out of the range of float32"),
+    ("1e999", "1e999 is out of the range of a 64-bit float"),
+    ("1.5i32", "integer dtype int32 with a non-integer value '1.5'"),
+])
+def test_literals_outside_their_dtype_are_syntax_errors_where_they_stand(literal, reason):
+    with pytest.raises(DslSyntaxError) as info:
+        parse(f'block "C" -> C\n@Foo(1, {literal}; )\n')
+    assert (info.value.line, info.value.column) == (2, 9) and reason in str(info.value)
+    parse("@Foo(127i8, -128i8, 4294967295u32, 1b, 65504f16, 1e300; )\n")
+
+
+def test_minus_after_an_operand_is_binary_minus():
+    spaced = parse("transform_block_layout b0 map(i, j => i - 1, j * -1)\n")
+    for text in ["transform_block_layout b0 map(i, j => i-1, j*-1)\n",
+                 "transform_block_layout b0 map(i, j => i -1, j * -1)\n"]:
+        assert parse(text).statements[0].args == spaced.statements[0].args
+
+
 def test_non_utf8_bytes():
     with pytest.raises(DslSyntaxError):
         parse(b"loops \xff")

@@ -98,17 +98,14 @@ def test_thousand_untrained_samples_stay_in_the_grammar(thousand, tokenizer, rec
             assert s.n_tokens == 256 and in_grammar(tokenizer, s.text, complete=False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the sampling grammar (no ranges, comments, control characters in strings, or keywords as "
-    "names) still admits text dragon_dsl.parse rejects: a keyword glued to a number "
-    "(`write4321697`), float overflow (`1e510611`), fractional integer-suffixed numbers; last "
-    "measured: 988 of 1000 ended, 943 parse, 12 hit max_new_tokens"))
 def test_thousand_untrained_samples_parse(thousand):
+    """Every one of the 1,000 samples ends (the wind-down closes what the model leaves open) and
+    parses: the sampling grammar admits only what the parser takes."""
     samples, seconds = thousand
-    ended = [s for s in samples if s.finish_reason == "end"]
-    errors = collections.Counter(s.error.split("\n")[0][-60:] for s in ended if not s.parses)
-    length_share = sum(s.finish_reason == "length" for s in samples) / len(samples)
-    assert not errors and length_share <= 0.05, (summary(samples, seconds), errors.most_common(8))
+    failed = collections.Counter(
+        s.finish_reason if s.finish_reason != "end" else s.error.split("\n")[0][-60:]
+        for s in samples if s.finish_reason != "end" or not s.parses)
+    assert not failed, (summary(samples, seconds), failed.most_common(8))
 
 
 # ---- the same model, unconstrained ----------------------------------------------------------

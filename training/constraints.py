@@ -108,17 +108,26 @@ def expand_ranges(script: str) -> str:
 
 
 def sampling_grammar(text: str | None = None) -> str:
-    """The grammar a sampler constrains by: the language's, without name ranges or comments,
-    and with keywords kept out of names.
+    """The grammar a sampler constrains by: the language's, without name ranges or comments, with
+    keywords kept out of names and apart from what follows them, and with numbers the parser
+    takes.  Every script it admits parses; every canonical script, with its ranges written out
+    (``expand_ranges``), is admitted.
 
-    ``l3..l6`` is a range only when both ends share a prefix and the first number is smaller,
-    which no context-free grammar can say; a sampler that wrote ``l6..b2`` would produce text
-    the parser refuses.  Without ranges a sampled script lists names one by one (``l3, l4``),
-    which parses, means the same, and prints back in canonical form with its ranges.
+    - ``l3..l6`` is a range only when both ends share a prefix and the first number is smaller,
+      which no context-free grammar can say; a sampler that wrote ``l6..b2`` would produce text
+      the parser refuses.  Without ranges a sampled script lists names one by one (``l3, l4``),
+      which parses, means the same, and prints back in canonical form with its ranges.
+    - A comment opened mid-statement can never be closed (its newline ends the statement too).
+    - Lark reads ``parallell0`` or ``read4`` as one name, where llguidance (which lexes only what
+      the grammar allows next) would read a keyword and then a name or a number.
+    - Numbers: an integer-typed literal has no fraction or exponent and fits its dtype; a float
+      cannot overflow its dtype (``parse`` refuses both).
     """
+    return _apart(_without_ranges(text))
+
+
+def _without_ranges(text: str | None) -> str:
     text = grammar_text() if text is None else text
-    # A comment opened mid-statement can never be closed (its newline ends the statement too);
-    # sampled scripts carry no comments.
     text = _replace(text, "%ignore COMMENT\n", "")
     # Lark lexes a keyword as the keyword, never as a name; llguidance would take either.
     words = " | ".join(_literal(w) for w in sorted(reserved_words()))
@@ -126,7 +135,48 @@ def sampling_grammar(text: str | None = None) -> str:
                     f"NAME: /[A-Za-z_][A-Za-z0-9_]*/ & ~({words})")
     text = _replace(text, "_out: name | name_range", "_out: name")
     text = _replace(text, "_name_item: name | name_range", "_name_item: name")
-    return _replace(text, "?factor: name | name_range | INT | NONE", "?factor: name | INT | NONE")
+    text = _replace(text, "?factor: name | name_range | INT | NONE", "?factor: name | INT | NONE")
+    return _replace(text, _NUMBER_RULE, f"NUMBER: /{_SAMPLED_NUMBER}/")
+
+
+_NUMBER_RULE = ("NUMBER: /-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?(i8|i16|i32|i64|u8|u16|u32|u64|"
+                "f16|f32|f64|b)|-?[0-9]+\\.[0-9]+([eE][-+]?[0-9]+)?|-?[0-9]+[eE][-+]?[0-9]+/")
+# Digit counts keep each literal inside its dtype: at most 99 for int8, 9999 for int16, ...;
+# float16 takes no positive exponent (65504 is its largest value), float32 at most 1e6 x 1e29.
+_SAMPLED_NUMBER = "|".join([
+    "-?[0-9]{1,2}i8", "[0-9]{1,2}u8", "-?[0-9]{1,4}i16", "[0-9]{1,4}u16",
+    "-?[0-9]{1,9}i32", "[0-9]{1,9}u32", "-?[0-9]{1,18}i64", "[0-9]{1,19}u64", "[01]b",
+    "-?[0-9]{1,4}(\\.[0-9]{1,8})?([eE]-[0-9]{1,2})?f16",
+    "-?[0-9]{1,6}(\\.[0-9]{1,8})?([eE](-[0-9]{1,2}|\\+?[12]?[0-9]))?f32",
+    "-?[0-9]{1,15}(\\.[0-9]{1,15})?([eE][-+]?[0-9]{1,2})?f64",
+    "-?[0-9]{1,15}\\.[0-9]{1,15}([eE][-+]?[0-9]{1,2})?",
+    "-?[0-9]{1,15}[eE][-+]?[0-9]{1,2}",
+])
+_HEAD = re.compile(r'^(s_[a-z_]+): "([a-z_]+)" (?!\|)', re.M)
+
+
+def _apart(text: str) -> str:
+    """Keywords that a name, a number or another keyword may follow take a space or tab with
+    them (``parallel l0``, ``read 0``, ``factors v0``, ``postproc auto llvm``); options that may
+    follow a bool take one before them (``preserve_unit_iters=true disable_predication=true``)."""
+    terminals = {}
+
+    def spaced(word: str, *, before: bool = False) -> str:
+        name = f"KW_{word.upper()}"
+        terminals[name] = f"/[ \\t]{word}/" if before else f"/{word}[ \\t]/"
+        return name
+
+    text = _replace(text, 's_postproc: "postproc" (_AUTO postproc_set)?',
+                    f's_postproc: "postproc" | {spaced("postproc")} _AUTO postproc_set')
+    text = _HEAD.sub(lambda m: f"{m.group(1)}: {spaced(m.group(2))} ", text)
+    text = _replace(text, '_AUTO: "auto"', "_AUTO: /auto[ \\t]/")
+    text = _replace(text, 'READ: "read"', "READ: /read[ \\t]/")
+    text = _replace(text, 'WRITE: "write"', "WRITE: /write[ \\t]/")
+    text = _replace(text, 'tile_factors: "factors" outs', f'tile_factors: {spaced("factors")} outs')
+    text = _replace(text, 'opt_predication: "disable_predication"',
+                    f'opt_predication: {spaced("disable_predication", before=True)}')
+    text = _replace(text, 'opt_index: "index"', f'opt_index: {spaced("index", before=True)}')
+    return text + "\n" + "\n".join(f"{k}: {v}" for k, v in terminals.items()) + "\n"
 
 
 def workload_grammar(workload: Any) -> str:
@@ -137,7 +187,7 @@ def workload_grammar(workload: Any) -> str:
     True
     """
     blocks, loops = kernel_loops(workload)
-    text = sampling_grammar()
+    text = _without_ranges(None)
     extra: dict[str, str] = {}
 
     names = [*dict.fromkeys([*blocks, "root"])]
@@ -170,7 +220,7 @@ def workload_grammar(workload: Any) -> str:
                           '_outs',
                     f's_sample_categorical: "sample_categorical" wl_categorical opt_probs? _outs'
                     f'\nwl_categorical: {categorical}')
-    return text + "\n// ---- workload-specific ----\n" + "\n".join(
+    return _apart(text) + "\n// ---- workload-specific ----\n" + "\n".join(
         f"{name}: {body}" for name, body in extra.items()) + "\n"
 
 

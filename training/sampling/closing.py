@@ -10,9 +10,11 @@ two spaces in a row and no piece more than ``GREEDY_REPEATS`` times (`{4-x-x-x..
 end): a newline ends a statement; a quote closes a string (before `]`, which a string would take
 forever); then brackets, `->` and `=>`, separators; then what a statement may still require: a
 space, a name, a number (`=` before `x` so that `map(x` becomes `map(x=>)`, `.` before `0` so
-that `probs=[-0` gets its fraction), an opening bracket, a few keywords.  When the greedy string
-does not end within ``SEARCH_DEPTH`` pieces, an iterative-deepening search over
-``CLOSING_PIECES`` looks for the shortest one, giving up after ``SEARCH_BUDGET`` tries.
+that `probs=[-0` gets its fraction), an opening bracket, a few keywords, and the bytes that
+complete a character cut mid-UTF-8.  When that does not end within ``SEARCH_DEPTH`` pieces, the
+end of a keyword the matcher stopped in (`ile ` after `t`) is tried before the greedy pieces;
+then an iterative-deepening search over ``CLOSING_PIECES`` looks for the shortest string, giving
+up after ``SEARCH_BUDGET`` tries.
 """
 
 from __future__ import annotations
@@ -28,30 +30,41 @@ __all__ = ["CLOSING_PIECES", "GREEDY_REPEATS", "SEARCH_BUDGET", "SEARCH_DEPTH", 
            "grammar_literals"]
 
 CLOSING_PIECES = (b"\n", b'"', b"]", b")", b"}", b">", b"=", b";", b":", b"-", b" ", b"x", b".",
-                  b"0", b",", b"[", b"(", b"read", b"true", b"map", b"int32", b"llvm", b"K")
+                  b"0", b",", b"[", b"(", b"read", b"true", b"map", b"int32", b"llvm", b"K",
+                  b"\x80", b"\xa0")
 GREEDY_REPEATS = 6
 SEARCH_DEPTH = 24
 SEARCH_BUDGET = 1000
 
 
 def grammar_literals(lark: str) -> list[bytes]:
-    """The quoted literals of a Lark grammar, in order of first appearance.
+    """The quoted literals of a Lark grammar, and its keywords spelled with a space
+    (``/tile[ \\t]/`` is ``b"tile "``, ``/[ \\t]index/`` is ``b" index"``), in order of first
+    appearance.
 
-    >>> grammar_literals('s_tile: "tile" name "[" INT "]"')
-    [b'tile', b'[', b']']
+    >>> grammar_literals('s_tile: "tile" name "[" INT "]"\\nKW: /[ \\\\t]index/')
+    [b'tile', b'[', b']', b' index']
     """
-    # Comments and regular expressions are skipped, not searched for quotes.
+    # Comments are skipped; regular expressions other than spaced keywords are not searched.
     tokens = re.finditer(r'//[^\n]*|"((?:[^"\\\n]|\\.)*)"|/(?:[^/\\\n]|\\.)+/', lark)
-    found = [m.group(1) for m in tokens if m.group(1)]
     literals = []
-    for text in found:
-        try:
-            literal = json.loads(f'"{text}"').encode()
-        except ValueError:
+    for m in tokens:
+        spaced = _SPACED.fullmatch(m.group(0))
+        if spaced:
+            literal = (spaced.group(1) + " " if spaced.group(1) else " " + spaced.group(2)).encode()
+        elif m.group(1):
+            try:
+                literal = json.loads(f'"{m.group(1)}"').encode()
+            except ValueError:
+                continue
+        else:
             continue
         if literal not in literals:
             literals.append(literal)
     return literals
+
+
+_SPACED = re.compile(r"/(?:([a-z_]+)\[ \\t\]|\[ \\t\]([a-z_]+))/")
 
 
 class Closer:
@@ -69,11 +82,18 @@ class Closer:
         self.pieces = [spelled[p] for p in base if spelled[p]]
         self.greedy_pieces = [*dict.fromkeys(spelled[p] for p in [*base, *extra] if spelled[p])]
         self.finals = [spelled[p] for p in finals if spelled[p]]
+        # The ends of words (`ile ` of `tile `), for a matcher stopped inside a keyword.
+        words = [p for p in [*base, *extra] if len(p) > 2 and p.strip().decode().isidentifier()]
+        ends = sorted({w[k:] for w in words for k in range(1, len(w.rstrip()))},
+                      key=lambda e: (not e.endswith(b" "), -len(e), e))  # whole keywords first
+        self.completions = [s for s in (_spell(tokenizer, e) for e in ends) if s]
         self._space = _spell(tokenizer, b" ")
 
     def path(self, matcher: llguidance.LLMatcher) -> list[int] | None:
         """Tokens after which ``matcher`` accepts, or None; ``matcher`` is left as it was."""
         pieces = self._greedy(matcher)
+        if pieces is None:
+            pieces = self._completed(matcher)
         if pieces is None:
             pieces = self._shortest(matcher)
         return None if pieces is None else [t for piece in pieces for t in piece]
@@ -94,6 +114,16 @@ class Closer:
         accepted = matcher.is_accepting()
         matcher.rollback(sum(len(p) for p in path))
         return path if accepted else None
+
+    def _completed(self, matcher: llguidance.LLMatcher) -> list[tuple[int, ...]] | None:
+        """The end of the word ``matcher`` stopped in, then the greedy pieces."""
+        for end in self.completions:
+            if _consume(matcher, end):
+                rest = self._greedy(matcher)
+                matcher.rollback(len(end))
+                if rest is not None:
+                    return [end, *rest]
+        return None
 
     def _final_piece(self, matcher: llguidance.LLMatcher) -> tuple[int, ...] | None:
         """A final piece after which ``matcher`` accepts, consumed."""

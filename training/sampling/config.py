@@ -45,8 +45,9 @@ class SamplingConfig:
                 "ends at EOS."})
     wind_down: int = field(default=32, metadata={
         "help": "In the last this-many tokens of the budget, steer each unfinished script to its "
-                "end: EOS as soon as the grammar accepts, else the byte that closes the current "
-                "statement soonest.  The steered tokens are counted in Sample.forced_tokens.  "
+                "end: EOS as soon as the grammar accepts, else the tokens of a short string that "
+                "closes the current statement (earlier, up to twice this many tokens, when that "
+                "string is long).  The steered tokens are counted in Sample.forced_tokens.  "
                 "0 turns it off.  Only the 'llguidance' backend does this."})
     backend: str = field(default=DEFAULT_BACKEND, metadata={
         "help": f"Constrained-generation backend, one of {BACKENDS}."})

@@ -43,6 +43,10 @@ __all__ = ["SEARCH_COOLDOWN", "GrammarLogitsProcessor", "grammar_logits_processo
 # model has not written yet, or a comment opened mid-statement, which no string can close)
 # rarely gets one from a single token.
 SEARCH_COOLDOWN = 4
+# Between 2 x wind_down (at most half the budget) and wind_down steps before the budget ends,
+# a row starts closing early when it is between statements or its closing string is within
+# this many tokens of what is left (a `partitioned_tile` statement needs 40 characters).
+EARLY_MARGIN = 4
 
 _LLG_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -68,7 +72,8 @@ class GrammarLogitsProcessor(LogitsProcessor):
     has sampled an EOS id.  A new generation is recognised by its batch or sequence length, so
     one processor can serve many ``generate`` calls; ``reset()`` forces a fresh start.
 
-    With ``max_new_tokens`` and ``wind_down`` set, the last ``wind_down`` steps force, per row,
+    With ``max_new_tokens`` and ``wind_down`` set, the last ``wind_down`` steps (or more, for a
+    row whose closing string is longer: ``EARLY_MARGIN``) force, per row,
     EOS when the grammar accepts, else the next token of a closing string (``closing.Closer``;
     when there is none, the model picks among the allowed tokens); ``forced_tokens[i]`` counts
     the tokens forced in row ``i``.
@@ -88,11 +93,15 @@ class GrammarLogitsProcessor(LogitsProcessor):
         self._eos = tokenizer.eos_token
         self.max_new_tokens = max_new_tokens
         self.wind_down = wind_down if max_new_tokens else 0
+        # The early part of the wind-down never takes more than half the budget.
+        self._early = min(2 * self.wind_down, max(self.wind_down, (max_new_tokens or 0) // 2))
         self._closer = Closer(tokenizer, closing_pieces, extra_pieces, final_pieces)
         self._executor = llguidance.LLExecutor(num_threads)
         self._shifts = torch.arange(32, dtype=torch.int32)
         self.mask_seconds = 0.0  # time spent feeding matchers, computing and applying masks
         self.mask_rows = 0       # masks computed (one per unfinished row and step)
+        # Set to a list to record (seconds, unfinished rows) for every call (benchmarks do).
+        self.steps: list[tuple[float, int]] | None = None
         self.reset()
 
     def reset(self) -> None:
@@ -102,6 +111,7 @@ class GrammarLogitsProcessor(LogitsProcessor):
         self.forced_tokens: list[int] = []
         self.errors: list[str] = []
         self._plans: list[list[int]] = []
+        self._closing: list[bool] = []
         self._retry_at: list[int] = []
         self._failures: list[int] = []
         self._start_len = 0
@@ -123,13 +133,19 @@ class GrammarLogitsProcessor(LogitsProcessor):
             if self.matchers[i].is_error():
                 self.errors[i] = self.errors[i] or self.matchers[i].get_error()
                 _allow_only(bitmask, i, self._eos)
-        if self.wind_down and self.max_new_tokens - self._step <= self.wind_down:
+        remaining = self.max_new_tokens - self._step if self.wind_down else None
+        if remaining is not None and remaining <= self._early:
             for i in active:
-                self._force_closing(bitmask, i)
+                if (remaining <= self.wind_down or self._closing[i]
+                        or self._closes_late(i, remaining)):
+                    self._force_closing(bitmask, i)
         self._apply(scores, bitmask)
         self._step += 1
         self.mask_rows += len(active)
-        self.mask_seconds += time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        self.mask_seconds += elapsed
+        if self.steps is not None:
+            self.steps.append((elapsed, len(active)))
         return scores
 
     # ---- steps ----------------------------------------------------------------------------
@@ -141,6 +157,7 @@ class GrammarLogitsProcessor(LogitsProcessor):
         self.forced_tokens = [0] * batch
         self.errors = [""] * batch
         self._plans = [[] for _ in range(batch)]
+        self._closing = [False] * batch
         self._retry_at = [0] * batch
         self._failures = [0] * batch
         self._start_len = length
@@ -159,6 +176,21 @@ class GrammarLogitsProcessor(LogitsProcessor):
                          strict=True):
             if not ok:
                 self.errors[i] = self.errors[i] or self.matchers[i].get_error()
+
+    def _closes_late(self, i: int, remaining: int) -> bool:
+        """Whether row ``i`` must start closing now: it is between statements (a new one might
+        not fit), or its closing string is within ``EARLY_MARGIN`` tokens of what is left (the
+        string becomes the row's plan)."""
+        if self.matchers[i].is_accepting():  # no new statement this close to the end
+            self._closing[i] = True
+            return True
+        path = self._closer.path(self.matchers[i])
+        if path is None or (len(path) + EARLY_MARGIN < remaining
+                            and tuple(path) not in self._closer.finals):
+            return False
+        self._plans[i] = path
+        self._closing[i] = True
+        return True
 
     def _force_closing(self, bitmask: torch.Tensor, i: int) -> None:
         matcher = self.matchers[i]

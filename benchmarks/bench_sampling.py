@@ -1,0 +1,140 @@
+"""What does the grammar cost?  Tokens per second sampled unconstrained, under the language's
+grammar and under the grammar narrowed to the workload, on the same model and prompts in one run;
+the mask time per row and step (median, p99); grammar compile times.
+
+    python benchmarks/bench_sampling.py [--tokens 128] [--batch 16] [--repeats 5]
+
+Every mode generates exactly ``--tokens`` tokens per row (EOS is held off with
+``min_new_tokens`` and the wind-down is off), so the three modes run the same forward passes on
+sequences of the same lengths and differ only by the constraint.  Modes alternate within each
+repeat; the table gives medians over repeats and each mode's time relative to unconstrained.
+Models are untrained Llama models from ``training.tokenizer.tiny_model`` (CPU, the torch default
+thread count): the smaller the model, the cheaper its forward pass and the more the mask shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+SPECS = ["matmul(m=128,n=128,k=128)", "softmax(m=32,n=64)", "conv2d(h=14,w=14,ci=16,co=16)",
+         "layer_norm(m=32,n=64)"]
+MODES = ("unconstrained", "grammar", "workload")
+
+
+def compile_times(tokenizer, workloads) -> dict[str, float]:
+    """Seconds to compile the plain grammar, and (median over workloads) to build and compile a
+    workload grammar, each until the first mask is computed."""
+    import llguidance
+
+    from training.constraints import sampling_grammar, workload_grammar
+    from training.sampling import llg_tokenizer
+
+    tok = llg_tokenizer(tokenizer)
+
+    def compile_once(make) -> float:
+        start = time.perf_counter()
+        matcher = llguidance.LLMatcher(tok, llguidance.grammar_from("lark", make()), log_level=0)
+        matcher.compute_bitmask()
+        assert not matcher.is_error(), matcher.get_error()
+        return time.perf_counter() - start
+
+    plain = statistics.median(compile_once(sampling_grammar) for _ in range(5))
+    narrow = statistics.median(compile_once(lambda wl=wl: workload_grammar(wl))
+                               for wl in workloads for _ in range(3))
+    return {"grammar": plain, "workload": narrow}
+
+
+def run_mode(model, tokenizer, prompts, grammars, mode: str, tokens: int, batch: int):
+    """Seconds for one pass over the prompts, and the processors' (seconds, rows) per step."""
+    import torch
+    from transformers import LogitsProcessorList
+
+    from training.sampling import grammar_logits_processor
+
+    elapsed, steps = 0.0, []
+    for prompt, grammar in zip(prompts, grammars, strict=True):
+        inputs = tokenizer([prompt] * batch, return_tensors="pt")
+        processors = None
+        if mode != "unconstrained":
+            processor = grammar_logits_processor(tokenizer, grammar if mode == "workload" else None)
+            processor.steps = []
+            processors = LogitsProcessorList([processor])
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(**inputs, do_sample=True, top_k=0, max_new_tokens=tokens,
+                                 min_new_tokens=tokens, pad_token_id=tokenizer.pad_token_id,
+                                 logits_processor=processors)
+        elapsed += time.perf_counter() - start
+        assert out.shape[1] - inputs["input_ids"].shape[1] == tokens
+        if processors is not None:
+            steps += processor.steps
+    return elapsed, steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=128, help="new tokens per row")
+    parser.add_argument("--batch", type=int, default=16, help="rows per prompt")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--sizes", default="64x2,256x4",
+                        help="models as hidden x layers, comma-separated")
+    args = parser.parse_args()
+
+    import numpy as np
+    import torch
+
+    from codegen.workloads import workload
+    from training.constraints import workload_grammar
+    from training.prompts import construction_prompt
+    from training.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
+
+    tokenizer = build_tokenizer(TokenizerConfig(workloads=tuple(SPECS), targets=("llvm",),
+                                                traces_per_workload=3))
+    workloads = [workload(s) for s in SPECS]
+    prompts = [construction_prompt(wl, "llvm") for wl in workloads]
+    grammars = [workload_grammar(wl) for wl in workloads]
+    compiled = compile_times(tokenizer, workloads)
+    print(f"vocabulary {len(tokenizer)}, {len(SPECS)} prompts x {args.batch} rows x "
+          f"{args.tokens} tokens, {args.repeats} repeats, torch threads "
+          f"{torch.get_num_threads()}", flush=True)
+
+    rows = []
+    for size in args.sizes.split(","):
+        hidden, layers = (int(x) for x in size.split("x"))
+        torch.manual_seed(0)
+        model = tiny_model(tokenizer, hidden_size=hidden, intermediate_size=2 * hidden,
+                           num_hidden_layers=layers)
+        params = sum(p.numel() for p in model.parameters())
+        run_mode(model, tokenizer, prompts[:1], grammars[:1], "grammar", 8, 2)  # warm-up
+        seconds = {m: [] for m in MODES}
+        steps = {m: [] for m in MODES}
+        for _ in range(args.repeats):
+            for mode in MODES:
+                t, s = run_mode(model, tokenizer, prompts, grammars, mode, args.tokens, args.batch)
+                seconds[mode].append(t)
+                steps[mode] += s
+        n_tokens = len(prompts) * args.batch * args.tokens
+        base = statistics.median(seconds["unconstrained"])
+        for mode in MODES:
+            median = statistics.median(seconds[mode])
+            per_row = np.array([s / r for s, r in steps[mode] if r]) * 1e6
+            rows.append((f"{hidden}x{layers} ({params / 1e6:.2f}M)", mode, n_tokens / median,
+                         median / base, *(np.percentile(per_row, [50, 99]) if len(per_row)
+                                          else (None, None)), compiled.get(mode)))
+        print(f"model {size} done", flush=True)
+
+    print()
+    print("| model (hidden x layers) | sampling | tokens/s | time vs unconstrained | "
+          "mask per row-step, median | p99 | grammar compile |")
+    print("|---|---|---|---|---|---|---|")
+    for model, mode, rate, ratio, p50, p99, compile_s in rows:
+        mask = ("-", "-") if p50 is None else (f"{p50:.0f} us", f"{p99:.0f} us")
+        comp = "-" if compile_s is None else f"{compile_s * 1e3:.0f} ms"
+        print(f"| {model} | {mode} | {rate:,.0f} | {ratio:.2f}x | {mask[0]} | {mask[1]} | {comp} |")
+
+
+if __name__ == "__main__":
+    main()
