@@ -14,7 +14,9 @@ evaluation: held-out shapes of the same families.  Every sample goes through
 from __future__ import annotations
 
 import argparse
+import re
 import time
+from collections import Counter
 
 TRAIN = [
     "matmul(m=128,n=128,k=128)", "matmul(m=64,n=256,k=64)", "matmul(m=256,n=64,k=128)",
@@ -59,30 +61,45 @@ def sft(model, tokenizer, rows, steps: int, out_dir: str):
     return trainer.model.eval()
 
 
-def shares(model, tokenizer, evaluator, samples: int, mode: str) -> dict[str, float]:
+def shares(model, tokenizer, evaluator, samples: int, mode: str, reasons: Counter):
+    """Shares of non-empty samples that parse, apply, build and are correct; the share of empty
+    scripts (an empty script leaves the kernel unscheduled, which is correct but worthless) and
+    of samples cut at the token budget.  ``reasons`` counts the apply errors."""
     from codegen.outcomes import Status
     from codegen.workloads import workload
     from training.constraints import workload_grammar
     from training.prompts import construction_prompt
     from training.sampling import SamplingConfig, sample
 
-    counts = {"samples": 0, "parse": 0, "apply": 0, "build": 0, "correct": 0}
+    counts = Counter()
     for spec in EVAL:
         wl = workload(spec)
         config = SamplingConfig(n=samples, max_new_tokens=384, seed=1, batch_size=samples,
                                 constrained=mode != "unconstrained",
                                 grammar=workload_grammar(wl) if mode == "workload" else None)
         drawn = sample(model, tokenizer, construction_prompt(wl, "llvm"), config)
-        outcomes = evaluator.evaluate(wl, [s.text for s in drawn])
-        for o in outcomes:
-            counts["samples"] += 1
+        counts["samples"] += len(drawn)
+        counts["cut"] += sum(s.finish_reason == "length" for s in drawn)
+        scripts = [s.text for s in drawn if s.text.strip()]
+        counts["empty"] += len(drawn) - len(scripts)
+        for o in evaluator.evaluate(wl, scripts):
             counts["parse"] += o.status is not Status.PARSE_ERROR
             counts["apply"] += o.status not in (Status.PARSE_ERROR, Status.APPLY_ERROR)
             counts["build"] += o.status not in (Status.PARSE_ERROR, Status.APPLY_ERROR,
                                                 Status.BUILD_ERROR, Status.TIMEOUT)
             counts["correct"] += o.ok
-    n = counts.pop("samples")
-    return {k: v / n for k, v in counts.items()} | {"n": n}
+            if o.status is Status.APPLY_ERROR:
+                reasons[_reason(o.message)] += 1
+    n = counts["samples"]
+    return {k: counts[k] / n for k in ("empty", "cut", "parse", "apply", "build", "correct")} | {
+        "n": n}
+
+
+def _reason(message: str) -> str:
+    """An apply error without its names and numbers, so that alike errors count together."""
+    first = message.splitlines()[0] if message else "?"
+    first = re.sub(r"^line \d+, column \d+: ", "", first)
+    return re.sub(r"'[^']*'|\b[A-Za-z_]*\d+\b|\d+", "_", first)[:90]
 
 
 def main() -> None:
@@ -106,7 +123,7 @@ def main() -> None:
     model = tiny_model(tokenizer)
     print(f"corpus: {len(rows)} examples from {len(TRAIN)} workloads "
           f"({time.time() - start:.0f} s)", flush=True)
-    results = []
+    results, reasons = [], {}
     config = MeasureConfig(repeat=3, min_repeat_ms=1.0, build_timeout_s=60, run_timeout_s=10)
     with Evaluator("llvm", cache=False, config=config) as ev:
         for stage in ("untrained", f"SFT {args.sft_steps} steps"):
@@ -117,14 +134,24 @@ def main() -> None:
                 print(f"SFT: {time.time() - t:.0f} s", flush=True)
             for mode in ("unconstrained", "grammar", "workload"):
                 t = time.time()
-                results.append((stage, mode, shares(model, tokenizer, ev, args.samples, mode)))
+                reasons[stage, mode] = Counter()
+                results.append((stage, mode, shares(model, tokenizer, ev, args.samples, mode,
+                                                    reasons[stage, mode])))
                 print(f"{stage} / {mode}: {time.time() - t:.0f} s", flush=True)
     print()
-    print("| model | sampling | n | parse | apply | build | correct |")
-    print("|---|---|---|---|---|---|---|")
+    print("Each column is a share of all samples; parse, apply, build and correct count "
+          "non-empty scripts only.")
+    print()
+    print("| model | sampling | n | empty | cut at budget | parse | apply | build | correct |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for stage, mode, s in results:
-        print(f"| {stage} | {mode} | {s['n']} | {s['parse']:.0%} | {s['apply']:.0%} | "
-              f"{s['build']:.0%} | {s['correct']:.0%} |")
+        print(f"| {stage} | {mode} | {s['n']} | {s['empty']:.0%} | {s['cut']:.0%} | "
+              f"{s['parse']:.0%} | {s['apply']:.0%} | {s['build']:.0%} | {s['correct']:.0%} |")
+    print()
+    for (stage, mode), counter in reasons.items():
+        if counter:
+            print(f"apply errors, {stage} / {mode}: " + "; ".join(
+                f"{n} x {r}" for r, n in counter.most_common(4)))
 
 
 if __name__ == "__main__":

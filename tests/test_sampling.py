@@ -6,6 +6,7 @@ Outlines and TRL's GRPO rollouts."""
 from __future__ import annotations
 
 import collections
+import json
 import time
 
 import llguidance
@@ -146,6 +147,25 @@ def test_tokenizer_is_saved_and_loaded_with_the_model(tmp_path, model, tokenizer
     assert len(samples) == 4
     with pytest.raises(FileNotFoundError, match="Expected a local model directory"):
         load(tmp_path / "missing")
+
+
+def test_dragon_sample_cli(tmp_path, model, tokenizer, capsys):
+    from dragon_dsl.cli import main
+
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    spec = "matmul(m=16,n=16,k=16)"
+    code = main(["sample", "--model", str(tmp_path), "--workload", spec, "-n", "3",
+                 "--max-new-tokens", "48", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["workload"] == spec and len(out["samples"]) == 3
+    assert all(s["parses"] and s["finish_reason"] == "end" for s in out["samples"])
+    main(["sample", "--model", str(tmp_path), "--workload", spec, "-n", "2",
+          "--max-new-tokens", "48"])
+    assert capsys.readouterr().out.startswith("# sample 0")
+    assert main(["sample", "--model", str(tmp_path / "missing"), "--workload", spec]) == 2
+    assert "cannot load the model" in capsys.readouterr().err
+    assert main(["sample", "--model", str(tmp_path), "--workload", "matmul(m=oops)"]) == 2
 
 
 def test_train_tokenizer_keeps_every_byte():
