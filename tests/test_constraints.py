@@ -150,3 +150,28 @@ def test_what_the_sampling_grammars_admit_parses(spec, n):
         except dragon_dsl.DragonError as exc:
             refused.append((script[-80:], str(exc).splitlines()[0]))
     assert not refused, f"{len(refused)} of {len(closed)} refused by the parser: {refused[:3]}"
+
+
+def test_result_counts_match_what_decoding_requires():
+    plain = llguidance.grammar_from("lark", dragon_dsl.grammar.grammar_text())
+    for lark in (sampling_grammar(), workload_grammar(workload("matmul(m=16,n=16,k=16)"))):
+        narrow = llguidance.grammar_from("lark", lark)
+        for text in ['block "C" -> C\n', "tile l0 [4, 8] -> l1, l2 factors v0, v1\n",
+                     "split l0 [none, 4] -> l1, l2\n", "fuse l0 l1 -> l2\n"]:
+            assert accepts(narrow, text), text
+        for text in ['block "C" -> C, D\n', "tile l0 [4, 8] -> l1\n",
+                     "tile l0 [4, 8] -> l1, l2 factors v0\n", "split l0 [none, 4] -> l1\n",
+                     "fuse l0 l1 -> l2, l3\n"]:
+            assert accepts(plain, text), text
+            assert not accepts(narrow, text), text
+            with pytest.raises(dragon_dsl.DragonError):
+                dragon_dsl.to_trace(text)  # the decoder refuses it too
+
+
+def test_postproc_auto_comes_last():
+    narrow = llguidance.grammar_from("lark", sampling_grammar())
+    assert accepts(narrow, "loops C -> i\npostproc auto llvm\n\n")
+    assert accepts(narrow, "loops C -> i\npostproc\nloops C -> j\n")
+    assert not accepts(narrow, "postproc auto llvm\nloops C -> i\n")
+    with pytest.raises(dragon_dsl.DragonError, match="nothing may follow"):
+        dragon_dsl.to_trace("postproc auto llvm\nloops C -> i\n")

@@ -23,8 +23,9 @@ import re
 from typing import Any
 
 from dragon_dsl.grammar import grammar_text, reserved_words
+from dragon_dsl.statements import SPECS
 
-__all__ = ["CATEGORICAL_LISTS", "expand_ranges", "kernel_loops", "sampling_grammar",
+__all__ = ["CATEGORICAL_LISTS", "MAX_FACTORS", "expand_ranges", "kernel_loops", "sampling_grammar",
            "workload_grammar"]
 
 # MetaSchedule's candidate lists (tvm/s_tir/meta_schedule/schedule_rule: the unroll steps of
@@ -65,20 +66,17 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _tile_rules(extent: int, rules: dict[str, str]) -> str:
-    """Rules ``tf_E_n`` for the ordered factorizations of E into n factors; the rule for E."""
-
-    def rule(e: int, n: int) -> str:
-        name = f"tf_{e}_{n}"
-        if name not in rules:
-            if n == 1:
-                rules[name] = f'"{e}"'
-            else:
-                rules[name] = " | ".join(f'"{d}" "," {rule(e // d, n - 1)}'
-                                         for d in _divisors(e))
-        return name
-
-    return " | ".join(rule(extent, n) for n in TILE_LENGTHS)
+def _tile_rule(extent: int, n: int, rules: dict[str, str]) -> str:
+    """The rule ``tf_E_n`` for the ordered factorizations of E into n factors, added to
+    ``rules`` with the rules it uses."""
+    name = f"tf_{extent}_{n}"
+    if name not in rules:
+        if n == 1:
+            rules[name] = f'"{extent}"'
+        else:
+            rules[name] = " | ".join(f'"{d}" "," {_tile_rule(extent // d, n - 1, rules)}'
+                                     for d in _divisors(extent))
+    return name
 
 
 def _literal(text: str) -> str:
@@ -122,8 +120,11 @@ def sampling_grammar(text: str | None = None) -> str:
       the grammar allows next) would read a keyword and then a name or a number.
     - Numbers: an integer-typed literal has no fraction or exponent and fits its dtype; a float
       cannot overflow its dtype (``parse`` refuses both).
+    - Results: a statement that gives one result binds one name (``block "C" -> C``), and a
+      tile or split binds one name per factor (up to ``MAX_FACTORS``), as decoding requires;
+      ``postproc auto`` comes last.
     """
-    return _apart(_without_ranges(text))
+    return _apart(_bound_results(_without_ranges(text)))
 
 
 def _without_ranges(text: str | None) -> str:
@@ -136,7 +137,12 @@ def _without_ranges(text: str | None) -> str:
     text = _replace(text, "_out: name | name_range", "_out: name")
     text = _replace(text, "_name_item: name | name_range", "_name_item: name")
     text = _replace(text, "?factor: name | name_range | INT | NONE", "?factor: name | INT | NONE")
-    return _replace(text, _NUMBER_RULE, f"NUMBER: /{_SAMPLED_NUMBER}/")
+    text = _replace(text, _NUMBER_RULE, f"NUMBER: /{_SAMPLED_NUMBER}/")
+    # Nothing but blank lines may follow `postproc auto SET`.
+    text = _replace(text, "start: _LEADING? (_stmt? _NL)*",
+                    "start: _LEADING? (_stmt? _NL)* (s_postproc_auto _NL+)?")
+    return _replace(text, 's_postproc: "postproc" (_AUTO postproc_set)?',
+                    's_postproc: "postproc"\ns_postproc_auto: "postproc" _AUTO postproc_set')
 
 
 _NUMBER_RULE = ("NUMBER: /-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?(i8|i16|i32|i64|u8|u16|u32|u64|"
@@ -152,6 +158,50 @@ _SAMPLED_NUMBER = "|".join([
     "-?[0-9]{1,15}\\.[0-9]{1,15}([eE][-+]?[0-9]{1,2})?",
     "-?[0-9]{1,15}[eE][-+]?[0-9]{1,2}",
 ])
+MAX_FACTORS = 8
+_LISTED = re.compile(r'^(s_[a-z_]+): ("[a-z_]+") name (int_list|factor_list) (.*?)_outs'
+                     r'( tile_factors\?)?$', re.M)
+
+
+def _bound_results(text: str, listed: int = 6) -> str:
+    """Statements giving one result bind one name; tiles and splits one name per factor."""
+    one = [op for op, spec in SPECS.items() if spec.outputs == "one"]
+    text, n = re.subn(rf'^(s_(?:{"|".join(one)})): (.*) _outs$', r'\1: \2 "->" name', text,
+                      flags=re.M)
+    if n < 10:
+        raise RuntimeError("grammar/dragon.lark no longer ends single-result statements with "
+                           "`_outs`; update training.constraints._bound_results")
+
+    def counted(m: re.Match) -> str:
+        rule, keyword, kind, options, factors = m.groups()
+        item = "INT" if kind == "int_list" else "factor"
+        targets = {k: _listing(item, k, 'name "[" ', ' "]"') for k in range(1, MAX_FACTORS + 1)}
+        return _counted_rule(rule, keyword, targets, options.strip(), bool(factors))
+
+    text, n = _LISTED.subn(counted, text)
+    if n != listed:
+        raise RuntimeError("grammar/dragon.lark's tile and split rules changed; update "
+                           "training.constraints._bound_results")
+    return text
+
+
+def _listing(item: str, k: int, before: str = "", after: str = "") -> str:
+    """``item "," item ...`` (k items) between ``before`` and ``after``."""
+    return before + ' "," '.join([item] * k) + after
+
+
+def _counted_rule(rule: str, keyword: str, targets: dict[int, str], options: str,
+                  factors: bool) -> str:
+    """``rule``: ``keyword``, then for some k a target of k factors, ``options``, k names and
+    (with ``factors``) an optional ``factors`` clause of k names."""
+    lines = [f"{rule}: {keyword} ({' | '.join(f'{rule}_{k}' for k in sorted(targets))})"]
+    for k, target in sorted(targets.items()):
+        tail = f' ("factors" {_listing("name", k)})?' if factors else ""
+        lines.append(f'{rule}_{k}: {target} {options} "->" {_listing("name", k)}{tail}'
+                     .replace("  ", " "))
+    return "\n".join(lines)
+
+
 _HEAD = re.compile(r'^(s_[a-z_]+): "([a-z_]+)" (?!\|)', re.M)
 
 
@@ -166,13 +216,13 @@ def _apart(text: str) -> str:
         terminals[name] = f"/[ \\t]{word}/" if before else f"/{word}[ \\t]/"
         return name
 
-    text = _replace(text, 's_postproc: "postproc" (_AUTO postproc_set)?',
-                    f's_postproc: "postproc" | {spaced("postproc")} _AUTO postproc_set')
+    text = _replace(text, 's_postproc_auto: "postproc" _AUTO',
+                    f's_postproc_auto: {spaced("postproc")} _AUTO')
     text = _HEAD.sub(lambda m: f"{m.group(1)}: {spaced(m.group(2))} ", text)
     text = _replace(text, '_AUTO: "auto"', "_AUTO: /auto[ \\t]/")
     text = _replace(text, 'READ: "read"', "READ: /read[ \\t]/")
     text = _replace(text, 'WRITE: "write"', "WRITE: /write[ \\t]/")
-    text = _replace(text, 'tile_factors: "factors" outs', f'tile_factors: {spaced("factors")} outs')
+    text = text.replace('("factors" ', f'({spaced("factors")} ')
     text = _replace(text, 'opt_predication: "disable_predication"',
                     f'opt_predication: {spaced("disable_predication", before=True)}')
     text = _replace(text, 'opt_index: "index"', f'opt_index: {spaced("index", before=True)}')
@@ -196,19 +246,20 @@ def workload_grammar(workload: Any) -> str:
     text = _replace(text, 's_block: "block" STRING opt_func? _outs',
                     f's_block: "block" wl_block\nwl_block: {block_alts}')
 
-    tiles = []
+    by_length: dict[int, list[str]] = {k: [] for k in range(1, MAX_FACTORS + 1)}
     for loop, extents in sorted(loops.items()):
         if _DERIVED.match(loop):
             continue  # it would be mistaken for a derived loop; leave it to the plain rule
-        alts = " | ".join(_tile_rules(e, extra) for e in sorted(extents))
-        tiles.append(f'{_literal(loop)} "[" ({alts}) "]"')
-    tile_target = " | ".join([*tiles, "DERIVED int_list"])
-    text = _replace(
-        text,
-        's_tile: "tile" name int_list opt_max_inner? opt_preserve? opt_predication? _outs '
-        'tile_factors?',
-        f's_tile: "tile" wl_tile opt_max_inner? opt_preserve? opt_predication? _outs '
-        f'tile_factors?\nwl_tile: {tile_target}\nDERIVED: /[lbv][0-9]+/')
+        for k in TILE_LENGTHS:
+            alts = " | ".join(_tile_rule(e, k, extra) for e in sorted(extents))
+            by_length[k].append(f'{_literal(loop)} "[" ({alts}) "]"')
+    targets = {k: "(" + " | ".join([*alts, _listing("INT", k, 'DERIVED "[" ', ' "]"')]) + ")"
+               for k, alts in by_length.items()}
+    rule = _LISTED.search(text, text.index("s_tile:"))
+    assert rule is not None and rule.group(1) == "s_tile"
+    text = (text[:rule.start()] + _counted_rule("s_tile", rule.group(2), targets,
+                                                rule.group(4).strip(), True)
+            + "\nDERIVED: /[lbv][0-9]+/" + text[rule.end():])
 
     choices = []
     for values in CATEGORICAL_LISTS:
@@ -220,7 +271,8 @@ def workload_grammar(workload: Any) -> str:
                           '_outs',
                     f's_sample_categorical: "sample_categorical" wl_categorical opt_probs? _outs'
                     f'\nwl_categorical: {categorical}')
-    return _apart(text) + "\n// ---- workload-specific ----\n" + "\n".join(
+    text = _apart(_bound_results(text, listed=5))
+    return text + "\n// ---- workload-specific ----\n" + "\n".join(
         f"{name}: {body}" for name, body in extra.items()) + "\n"
 
 

@@ -6,7 +6,7 @@ has not finished still ends where the grammar allows it rather than being cut mi
 The string is built from pieces: ``CLOSING_PIECES``, then the grammar's own literals (keywords
 such as `partition_pos`, which some statements require).  Greedily first: the end-of-script
 marker when the grammar accepts right after it, else the pieces in that order, never
-two spaces in a row and no piece more than ``GREEDY_REPEATS`` times (`{4-x-x-x...` would not
+two spaces in a row and no other piece more than ``GREEDY_REPEATS`` times (`{4-x-x-x...` would not
 end): a newline ends a statement; a quote closes a string (before `]`, which a string would take
 forever); then brackets, `->` and `=>`, separators; then what a statement may still require: a
 space, a name, a number (`=` before `x` so that `map(x` becomes `map(x=>)`, `.` before `0` so
@@ -32,8 +32,8 @@ __all__ = ["CLOSING_PIECES", "GREEDY_REPEATS", "SEARCH_BUDGET", "SEARCH_DEPTH", 
 CLOSING_PIECES = (b"\n", b'"', b"]", b")", b"}", b">", b"=", b";", b":", b"-", b" ", b"x", b".",
                   b"0", b",", b"[", b"(", b"read", b"true", b"map", b"int32", b"llvm", b"K",
                   b"\x80", b"\xa0")
-GREEDY_REPEATS = 6
-SEARCH_DEPTH = 24
+GREEDY_REPEATS = 10  # a tile of 8 factors binds 8 names: 7 commas
+SEARCH_DEPTH = 32
 SEARCH_BUDGET = 1000
 
 
@@ -104,7 +104,8 @@ class Closer:
         while not matcher.is_accepting() and len(path) < SEARCH_DEPTH:
             last = path[-1] if path else None
             piece = self._final_piece(matcher) or next(
-                (p for p in self.greedy_pieces if uses[p] < GREEDY_REPEATS
+                (p for p in self.greedy_pieces
+                 if (uses[p] < GREEDY_REPEATS or p == self._space)  # never twice in a row
                  and not (p == self._space and last == self._space)
                  and _consume(matcher, p)), None)
             if piece is None:
