@@ -30,6 +30,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_codec.py
 	$(BIN)/python benchmarks/bench_measure.py
 	$(BIN)/python benchmarks/bench_prompts.py
+	$(BIN)/python benchmarks/bench_sampling.py
+	$(BIN)/python benchmarks/bench_constraints.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
