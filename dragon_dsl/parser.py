@@ -36,7 +36,7 @@ _FLOAT_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38,
 def _int_range(dtype: str) -> tuple[int, int]:
     if dtype == "bool":
         return 0, 1
-    bits = int(dtype.lstrip("uint"))
+    bits = int(dtype.removeprefix("u").removeprefix("int"))
     return (0, 2**bits - 1) if dtype.startswith("u") else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
 
 

@@ -124,10 +124,12 @@ def sampling_grammar(text: str | None = None) -> str:
       tile or split binds one name per factor (up to ``MAX_FACTORS``), as decoding requires;
       ``postproc auto`` comes last.
     """
-    return _apart(_bound_results(_without_ranges(text)))
+    return _apart(_bound_results(_sampling_rules(text)))
 
 
-def _without_ranges(text: str | None) -> str:
+def _sampling_rules(text: str | None) -> str:
+    """The rule edits ``sampling_grammar``'s first four points describe (``_bound_results`` and
+    ``_apart`` make the rest, after ``workload_grammar``'s edits)."""
     text = grammar_text() if text is None else text
     text = _replace(text, "%ignore COMMENT\n", "")
     # Lark lexes a keyword as the keyword, never as a name; llguidance would take either.
@@ -163,8 +165,9 @@ _LISTED = re.compile(r'^(s_[a-z_]+): ("[a-z_]+") name (int_list|factor_list) (.*
                      r'( tile_factors\?)?$', re.M)
 
 
-def _bound_results(text: str, listed: int = 6) -> str:
-    """Statements giving one result bind one name; tiles and splits one name per factor."""
+def _bound_results(text: str, tile_targets: dict[int, str] | None = None) -> str:
+    """Statements giving one result bind one name; tiles and splits one name per factor.
+    ``tile_targets`` (k -> what may stand for a loop and its k factors) narrows `tile`."""
     one = [op for op, spec in SPECS.items() if spec.outputs == "one"]
     text, n = re.subn(rf'^(s_(?:{"|".join(one)})): (.*) _outs$', r'\1: \2 "->" name', text,
                       flags=re.M)
@@ -176,10 +179,12 @@ def _bound_results(text: str, listed: int = 6) -> str:
         rule, keyword, kind, options, factors = m.groups()
         item = "INT" if kind == "int_list" else "factor"
         targets = {k: _listing(item, k, 'name "[" ', ' "]"') for k in range(1, MAX_FACTORS + 1)}
+        if rule == "s_tile" and tile_targets is not None:
+            targets = tile_targets
         return _counted_rule(rule, keyword, targets, options.strip(), bool(factors))
 
     text, n = _LISTED.subn(counted, text)
-    if n != listed:
+    if n != 6:
         raise RuntimeError("grammar/dragon.lark's tile and split rules changed; update "
                            "training.constraints._bound_results")
     return text
@@ -237,7 +242,7 @@ def workload_grammar(workload: Any) -> str:
     True
     """
     blocks, loops = kernel_loops(workload)
-    text = _without_ranges(None)
+    text = _sampling_rules(None)
     extra: dict[str, str] = {}
 
     names = [*dict.fromkeys([*blocks, "root"])]
@@ -253,13 +258,9 @@ def workload_grammar(workload: Any) -> str:
         for k in TILE_LENGTHS:
             alts = " | ".join(_tile_rule(e, k, extra) for e in sorted(extents))
             by_length[k].append(f'{_literal(loop)} "[" ({alts}) "]"')
-    targets = {k: "(" + " | ".join([*alts, _listing("INT", k, 'DERIVED "[" ', ' "]"')]) + ")"
-               for k, alts in by_length.items()}
-    rule = _LISTED.search(text, text.index("s_tile:"))
-    assert rule is not None and rule.group(1) == "s_tile"
-    text = (text[:rule.start()] + _counted_rule("s_tile", rule.group(2), targets,
-                                                rule.group(4).strip(), True)
-            + "\nDERIVED: /[lbv][0-9]+/" + text[rule.end():])
+    tile_targets = {k: "(" + " | ".join([*alts, _listing("INT", k, 'DERIVED "[" ', ' "]"')])
+                    + ")" for k, alts in by_length.items()}
+    extra["DERIVED"] = "/[lbv][0-9]+/"
 
     choices = []
     for values in CATEGORICAL_LISTS:
@@ -271,7 +272,7 @@ def workload_grammar(workload: Any) -> str:
                           '_outs',
                     f's_sample_categorical: "sample_categorical" wl_categorical opt_probs? _outs'
                     f'\nwl_categorical: {categorical}')
-    text = _apart(_bound_results(text, listed=5))
+    text = _apart(_bound_results(text, tile_targets))
     return text + "\n// ---- workload-specific ----\n" + "\n".join(
         f"{name}: {body}" for name, body in extra.items()) + "\n"
 

@@ -103,7 +103,6 @@ class GrammarLogitsProcessor(LogitsProcessor):
         self._early = min(2 * self.wind_down, max(self.wind_down, (max_new_tokens or 0) // 2))
         self._closer = Closer(tokenizer, closing_pieces, extra_pieces, final_pieces)
         self._executor = llguidance.LLExecutor(num_threads)
-        self.parallel_rows = PARALLEL_ROWS
         self.mask_seconds = 0.0  # time spent feeding matchers, computing and applying masks
         self.mask_rows = 0       # masks computed (one per unfinished row and step)
         # Set to a list to record (seconds, unfinished rows) for every call (benchmarks do).
@@ -159,7 +158,7 @@ class GrammarLogitsProcessor(LogitsProcessor):
         """The unfinished rows, and the bitmask of every row's allowed tokens."""
         active = [i for i in range(len(self.matchers)) if not self.finished[i]]
         bitmask = llguidance.torch.allocate_token_bitmask(len(self.matchers), self.vocab_size)
-        if len(active) >= self.parallel_rows:
+        if len(active) >= PARALLEL_ROWS:
             llguidance.torch.fill_next_token_bitmask_par(
                 self._executor, [(self.matchers[i], i) for i in active], bitmask)
         else:
@@ -197,24 +196,32 @@ class GrammarLogitsProcessor(LogitsProcessor):
         if self.matchers[i].is_accepting():  # no new statement this close to the end
             self._closing[i] = True
             return True
-        path = self._closer.path(self.matchers[i])
-        if path is None or (len(path) + EARLY_MARGIN < remaining
-                            and tuple(path) not in self._closer.finals):
+        path = self._plan(i)
+        if not path or (len(path) + EARLY_MARGIN < remaining
+                        and tuple(path) not in self._closer.finals):
             return False
         self._plans[i] = path
         self._closing[i] = True
         return True
+
+    def _plan(self, i: int) -> list[int]:
+        """Row ``i``'s closing string, or [] when there is none or the search is cooling down
+        after failing (``SEARCH_COOLDOWN``)."""
+        if self._step < self._retry_at[i]:
+            return []
+        path = self._closer.path(self.matchers[i])
+        if path is None:
+            self._failures[i] += 1
+            self._retry_at[i] = self._step + SEARCH_COOLDOWN * 2 ** (self._failures[i] - 1)
+        return path or []
 
     def _force_closing(self, bitmask: torch.Tensor, i: int) -> None:
         matcher = self.matchers[i]
         if matcher.is_accepting():
             token = self._eos
         else:
-            if not self._plans[i] and self._step >= self._retry_at[i]:
-                self._plans[i] = self._closer.path(matcher) or []
-                if not self._plans[i]:
-                    self._failures[i] += 1
-                    self._retry_at[i] = self._step + SEARCH_COOLDOWN * 2 ** (self._failures[i] - 1)
+            if not self._plans[i]:
+                self._plans[i] = self._plan(i)
             token = self._plans[i].pop(0) if self._plans[i] else None
         if token is not None:
             _allow_only(bitmask, i, token)
