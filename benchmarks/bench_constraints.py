@@ -65,7 +65,7 @@ def shares(model, tokenizer, evaluator, samples: int, mode: str, reasons: Counte
     """Shares of non-empty samples that parse, apply, build and are correct; the share of empty
     scripts (an empty script leaves the kernel unscheduled, which is correct but worthless) and
     of samples cut at the token budget.  ``reasons`` counts the apply errors."""
-    from codegen.outcomes import Status
+    from codegen.measure.outcomes import Status
     from codegen.workloads import workload
     from training.constraints import workload_grammar
     from training.prompts import construction_prompt
@@ -111,8 +111,8 @@ def main() -> None:
 
     import tempfile
 
-    from codegen.evaluate import Evaluator
     from codegen.measure import MeasureConfig
+    from codegen.measure.evaluator import Evaluator
     from training.tokenizer import tiny_model, train_tokenizer
 
     start = time.time()

@@ -29,15 +29,16 @@ def main() -> None:
     args = parser.parse_args()
 
     import dragon_dsl
-    from codegen import jobs
-    from codegen.evaluate import Evaluator
-    from codegen.measure import MeasureConfig
+    from codegen.measure import MeasureConfig, create
+    from codegen.measure import worker_main as jobs
+    from codegen.measure.evaluator import Evaluator
+    from codegen.measure.protocol import BuildJob, Built, RunJob, WorkloadData
     from codegen.search import sample_traces
-    from codegen.targets import target_spec
+    from codegen.targets import target_dict
     from codegen.workloads import workload
 
     config = MeasureConfig(repeat=5, min_repeat_ms=5.0)
-    spec = target_spec("llvm")
+    spec = target_dict("llvm")
     print(f"sampling {args.candidates} scripts for each of {len(WORKLOADS)} workloads ...",
           flush=True)
     cases = []
@@ -48,17 +49,16 @@ def main() -> None:
                            for t in traces]))
 
     def direct(wl, scripts) -> int:
-        payload = jobs.encode_workload(wl)
+        payload = WorkloadData.of(wl)
+        device = create("llvm").spec
         correct = 0
         with tempfile.TemporaryDirectory() as tmp:
             for i, script in enumerate(scripts):
-                built = jobs.build_job({"workload": payload, "script": script, "target": spec,
-                                        "out_dir": f"{tmp}/{i}"})
-                if built["status"] != "built":
+                built = jobs.build_job(BuildJob(payload, spec, f"{tmp}/{i}", script=script))
+                if not isinstance(built, Built):
                     continue
-                result = jobs.run_job({"workload": payload, "artifact": built["artifact"],
-                                       "config": dict(config.__dict__)})
-                correct += result["status"] == "correct"
+                result = jobs.run_job(RunJob(payload, built.artifact, config, device))
+                correct += result.ok
         return correct
 
     def isolated(ev, wl, scripts) -> int:

@@ -1,7 +1,7 @@
 """Tokens of the compact kernel description against TVMScript, one default instance per family.
 
 Prints a markdown table of cl100k tokens of ``training.kernel_text.describe`` and of the
-module's ``mod.script()`` for each operator family of ``codegen.families.FAMILIES`` (the
+module's ``mod.script()`` for each operator family of ``codegen.workloads.FAMILIES`` (the
 ``tvm`` family, TVM's own test workloads, is left out), and the median ratio; also the
 tokens of a whole construction prompt for each.
 
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bpe_openai import get_encoding
 
-    from codegen.families import FAMILIES
+    from codegen.workloads.families import FAMILIES
     from training.kernel_text import token_counts
     from training.prompts import construction_prompt
 

@@ -28,10 +28,9 @@ def main() -> int:
     args = parser.parse_args()
 
     import dragon_dsl
-    from codegen import baselines
-    from codegen.evaluate import Evaluator
     from codegen.measure import MeasureConfig
-    from codegen.search import sample_traces
+    from codegen.measure.evaluator import Evaluator
+    from codegen.search import baselines, sample_traces
     from codegen.workloads import workload
 
     config = MeasureConfig(repeat=args.repeat, min_repeat_ms=10.0)

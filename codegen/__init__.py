@@ -1,12 +1,17 @@
-"""TVM-facing work: workloads, targets, MetaSchedule search, applying scripts, building,
-verifying and timing candidates in isolated workers, and baselines."""
+"""TVM-facing work, in layers (``ARCHITECTURE.md`` has the map):
+
+- ``codegen.targets``: targets and MetaSchedule rule sets;
+- ``codegen.workloads``: the kernels (operator families, specs, real models, realistic shapes,
+  the one walk over blocks and loops);
+- ``codegen.apply``: a script applied to a kernel;
+- ``codegen.measure``: build, verify and time candidates in isolated workers, on a Device;
+- ``codegen.search``: MetaSchedule design spaces, sampled traces, baselines;
+- ``codegen.bench``: scripts and baselines measured in one session (``dragon bench``);
+- ``codegen.cli``: the ``dragon`` subcommands ``workloads``, ``apply``, ``bench``, ``demo``.
+"""
 
 from .apply import apply
-from .cache import Cache
-from .evaluate import Evaluator
-from .measure import MeasureConfig
-from .outcomes import Outcome, Status
-from .sampler import iter_workloads, sample_workloads, sampler_stats
+from .measure import Cache, Evaluator, MeasureConfig, Outcome, Status
 from .search import SearchSpace, sample_traces, search_space
 from .targets import RULE_SETS, TARGETS, as_target, postproc_set
 from .workloads import (
@@ -15,7 +20,10 @@ from .workloads import (
     WorkloadError,
     canonical_spec,
     format_spec,
+    iter_workloads,
     parse_spec,
+    sample_workloads,
+    sampler_stats,
     script_workload,
     workload,
 )

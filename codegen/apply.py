@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from dragon_dsl.replay import as_module
+from .targets import as_module
 
 __all__ = ["apply", "apply_trace"]
 
 
 def apply(script: str, workload: Any, target: Any = "llvm"):
-    """The workload scheduled by ``script``.
+    """The workload scheduled by ``script`` (``dragon_dsl.to_schedule``'s module).
 
     Raises ``DslSyntaxError`` for text that is not a script, and ``DslSemanticError`` (with
     line and column) when a name, loop or factor does not fit the kernel.  ``target`` matters
@@ -22,22 +22,9 @@ def apply(script: str, workload: Any, target: Any = "llvm"):
     >>> sorted(str(g.name_hint) for g in mod.get_global_vars())
     ['main']
     """
-    from dragon_dsl.codec import decode_program
-    from dragon_dsl.parser import parse
-    from dragon_dsl.replay import apply_insts, regenerate_postproc
+    import dragon_dsl
 
-    program = parse(script)
-    decoded = decode_program(program)
-    if decoded.errors:
-        raise decoded.errors[0]
-    from dragon_dsl.api import _build
-
-    trace = _build(decoded.insts)
-    sch = apply_insts(decoded.insts, trace, workload, program.source)
-    if decoded.postproc_set is None:
-        return sch.mod
-    full = regenerate_postproc(trace, workload, target, decoded.postproc_set)
-    return apply_trace(full, workload)
+    return dragon_dsl.to_schedule(script, workload=workload, target=target).mod
 
 
 def apply_trace(trace, workload: Any):

@@ -1,16 +1,26 @@
 """Targets and the MetaSchedule rule sets searched on them.
 
 A target is given as a ``tvm.target.Target``, a tag (``"nvidia/nvidia-h100"``), a JSON dict
-(``{"kind": "llvm", "num-cores": 2}``) or one of the short names below.
+(``{"kind": "llvm", "num-cores": 2}``) or one of the short names of ``TARGETS``.  The helpers
+the language itself needs (``as_target``, ``as_module``, ``tvm_message``,
+``import_tensor_intrinsics``) live in ``dragon_dsl.tvm_support``; codegen takes them from here.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dragon_dsl.replay import TARGETS, as_target
+from dragon_dsl.tvm_support import (
+    TARGETS,
+    as_module,
+    as_target,
+    import_tensor_intrinsics,
+    tvm_message,
+)
 
-__all__ = ["RULE_SETS", "TARGETS", "as_target", "default_rules", "postproc_set", "target_spec"]
+__all__ = ["RULE_SETS", "TARGETS", "as_module", "as_target", "default_rules",
+           "import_tensor_intrinsics", "postproc_set", "schedule_rules", "target_dict",
+           "tvm_message"]
 
 # Rule set name -> postprocessor set name (Postproc.create kind).
 RULE_SETS: dict[str, str] = {
@@ -50,11 +60,11 @@ def schedule_rules(rules: str) -> list:
     return list(ms.ScheduleRule.create(rules))
 
 
-def target_spec(target: Any) -> dict[str, Any]:
+def target_dict(target: Any) -> dict[str, Any]:
     """A target as a plain JSON dict that ``as_target`` turns back into the same target (for
     crossing into worker processes and for cache keys).
 
-    >>> target_spec("llvm")["num-cores"]
+    >>> target_dict("llvm")["num-cores"]
     2
     """
     import tvm

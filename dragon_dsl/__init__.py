@@ -5,7 +5,7 @@
 'loops C -> i, j\\n'
 """
 
-from .api import Diagnostic, check, format, from_trace, to_trace
+from .api import Diagnostic, check, format, from_trace, to_schedule, to_trace
 from .ast import Program, Stmt
 from .errors import DragonError, DslSemanticError, DslSyntaxError, TraceError, UnsupportedError
 from .parser import parse
@@ -24,6 +24,7 @@ __all__ = [
     "format",
     "from_trace",
     "parse",
+    "to_schedule",
     "to_trace",
     "trace_json",
 ]

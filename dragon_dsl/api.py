@@ -13,7 +13,7 @@ from .printer import format_program
 from .tvm_bridge import Inst, insts_from_json, insts_from_trace, trace_from_insts
 
 __all__ = ["Diagnostic", "check", "format", "from_trace", "infer_postproc_set", "parse",
-           "to_trace"]
+           "to_schedule", "to_trace"]
 
 
 def format(text_or_program: str | bytes | Program) -> str:  # noqa: A001  (the API's name)
@@ -34,7 +34,7 @@ def infer_postproc_set(insts: list[Inst], target: Any = None) -> str:
     """Which postprocessor set a trace was searched with, from the target when given, else
     from the trace: tensor-core intrinsics mean cuda-tensorcore, thread bindings cuda."""
     if target is not None:
-        from .replay import as_target
+        from .tvm_support import as_target
 
         if as_target(target).kind.name != "cuda":
             return "llvm"
@@ -121,13 +121,45 @@ def to_trace(text: str | bytes | Program, *, workload: Any = None, target: Any =
     return regenerate_postproc(trace, workload, target, decoded.postproc_set)
 
 
+def to_schedule(text: str | bytes | Program, *, workload: Any, target: Any = "llvm"):
+    """Replay a script on a workload: the ``tvm.s_tir.schedule.Schedule`` it produces.
+
+    Raises ``DslSyntaxError`` for text that is not a script and ``DslSemanticError`` (with
+    line and column) at the statement the workload refuses.  ``target`` matters only for
+    ``postproc auto``, whose postprocessing is regenerated for it and replayed as
+    MetaSchedule replays a database record.
+
+    >>> import tvm
+    >>> from tvm import te
+    >>> a = te.placeholder((8,), name="A")
+    >>> b = te.compute((8,), lambda i: a[i] * 2.0, name="B")
+    >>> sch = to_schedule('block "B" -> B', workload=te.create_prim_func([a, b]))
+    >>> sch.get(sch.get_sblock("B")).name_hint
+    'B'
+    """
+    from tvm.s_tir.schedule import Schedule
+
+    from .replay import apply_insts, regenerate_postproc
+    from .tvm_support import as_module
+
+    program, decoded = _decode(text)
+    trace = _build(decoded.insts)
+    sch = apply_insts(decoded.insts, trace, workload, program.source)
+    if decoded.postproc_set is None:
+        return sch
+    full = regenerate_postproc(trace, workload, target, decoded.postproc_set)
+    sch = Schedule(as_module(workload))
+    full.apply_to_schedule(sch, remove_postproc=False)
+    return sch
+
+
 def _build(insts: list[Inst]):
     try:
         return trace_from_insts(insts)
     except DragonError:
         raise
     except Exception as exc:  # noqa: BLE001  TVM rejects a malformed value
-        from .replay import tvm_message
+        from .tvm_support import tvm_message
 
         raise TraceError(f"TVM cannot build this trace: {tvm_message(exc)}") from None
 

@@ -1,9 +1,10 @@
 """The ``dragon`` command line.
 
-Exit codes: 0 success (or clean), 1 findings (check found problems, fmt --check found
-unformatted files, a file failed to encode/decode), 2 usage errors (bad arguments, unreadable
-files).  ``-`` reads standard input.  Other packages add subcommands through the
-``dragon.commands`` entry-point group: each entry is a function ``register(subparsers)``.
+Exit codes (``dragon_dsl.cli_kit.ExitCode``): 0 success (or clean), 1 findings (check found
+problems, fmt --check found unformatted files, a file failed to encode/decode), 2 usage errors
+(bad arguments, unreadable files).  ``-`` reads standard input.  Other packages add
+subcommands through the ``dragon.commands`` entry-point group: each entry is a function
+``register(subparsers)``.
 """
 
 from __future__ import annotations
@@ -14,24 +15,9 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from .cli_kit import ExitCode, UsageError, read_source
+
 __all__ = ["UsageError", "main", "read_source"]
-
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """Bad arguments or unreadable input: ``main`` prints ``dragon: MESSAGE`` and exits 2.
-    Subcommands added through ``dragon.commands`` raise it too."""
-
-
-def read_source(path: str) -> str:
-    """A file's text, or standard input for ``-``; UsageError when it cannot be read."""
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
 
 
 def _workload(spec: str | None):
@@ -69,7 +55,7 @@ def cmd_check(args) -> int:
                 print(f"{name}:{d}")
             if not diagnostics and not args.quiet:
                 print(f"{name}: ok")
-    return EXIT_FINDINGS if failed else EXIT_OK
+    return ExitCode.FINDINGS if failed else ExitCode.OK
 
 
 # ---- fmt -----------------------------------------------------------------------------
@@ -78,19 +64,19 @@ def cmd_fmt(args) -> int:
     from .api import format as format_script
     from .errors import DragonError
 
-    status = EXIT_OK
+    status = ExitCode.OK
     for path in args.files:
         text = read_source(path)
         try:
             canonical = format_script(text)
         except DragonError as exc:
             print(f"{path}: {exc}", file=sys.stderr)
-            status = EXIT_FINDINGS
+            status = ExitCode.FINDINGS
             continue
         if args.check:
             if canonical != text:
                 print(f"{path}: not canonical (run `dragon fmt {path}`)")
-                status = EXIT_FINDINGS
+                status = ExitCode.FINDINGS
         elif path == "-" or args.stdout:
             sys.stdout.write(canonical)
         elif canonical != text:
@@ -109,16 +95,16 @@ def cmd_encode(args) -> int:
         data = json.loads(read_source(args.trace))
     except json.JSONDecodeError as exc:
         print(f"{args.trace}: not JSON: {exc}", file=sys.stderr)
-        return EXIT_FINDINGS
+        return ExitCode.FINDINGS
     wl = _workload(args.workload)
     try:
         trace = data if wl is None else _replay_tvm_json(data, wl)
         text = from_trace(trace, postproc=args.postproc, postproc_set=args.postproc_set)
     except DragonError as exc:
         print(f"{args.trace}: {exc}", file=sys.stderr)
-        return EXIT_FINDINGS
+        return ExitCode.FINDINGS
     sys.stdout.write(text)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def _replay_tvm_json(data, wl):
@@ -127,7 +113,7 @@ def _replay_tvm_json(data, wl):
     from tvm.s_tir.schedule import Schedule, Trace
 
     from .errors import TraceError
-    from .replay import as_module, tvm_message
+    from .tvm_support import as_module, tvm_message
 
     sch = Schedule(as_module(wl))
     try:
@@ -148,10 +134,10 @@ def cmd_decode(args) -> int:
         trace = to_trace(read_source(args.script), workload=wl, target=args.target)
     except DragonError as exc:
         print(f"{args.script}: {exc}", file=sys.stderr)
-        return EXIT_FINDINGS
+        return ExitCode.FINDINGS
     json.dump(trace_json(trace), sys.stdout, indent=None if args.compact else 1)
     sys.stdout.write("\n")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # ---- wiring --------------------------------------------------------------------------
@@ -159,7 +145,8 @@ def cmd_decode(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dragon", description="Dragon: scripts for TVM MetaSchedule traces.",
-        epilog="Exit codes: 0 ok, 1 findings, 2 usage error.  FILE '-' reads stdin.")
+        epilog="Exit codes: " + ", ".join(f"{int(c)} {c.name.lower()}" for c in ExitCode)
+        + ".  FILE '-' reads stdin.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("check", help="check scripts: syntax, semantics, and (with "
@@ -207,14 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
-        return EXIT_USAGE
+        return ExitCode.USAGE
     try:
         return args.func(args)
     except UsageError as exc:
         print(f"dragon: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -7,53 +7,9 @@ from typing import Any
 
 from .errors import DragonError, DslSemanticError
 from .tvm_bridge import Inst
+from .tvm_support import as_module, as_target, import_tensor_intrinsics, tvm_message
 
-__all__ = ["TARGETS", "apply_insts", "as_module", "as_target", "import_tensor_intrinsics",
-           "regenerate_postproc", "tvm_message"]
-
-
-def as_module(workload: Any):
-    """An IRModule from an IRModule, a PrimFunc, or any object with a ``mod`` attribute."""
-    import tvm
-
-    mod = getattr(workload, "mod", workload)
-    if isinstance(mod, tvm.tirx.PrimFunc):
-        return tvm.IRModule({"main": mod})
-    if isinstance(mod, tvm.IRModule):
-        return mod
-    raise TypeError(f"Expected an IRModule, PrimFunc or workload but got "
-                    f"workload={type(workload).__name__}")
-
-
-# Short target names.  "cuda" is the H100 tag; which rules a search uses is a separate,
-# explicit choice (the postprocessor set of ``postproc auto``), never derived from the arch.
-TARGETS: dict[str, Any] = {
-    "llvm": {"kind": "llvm", "num-cores": 2},
-    "cuda": "nvidia/nvidia-h100",
-}
-
-
-def as_target(target: Any):
-    """A Target from a Target, a tag, a JSON dict or a short name (``TARGETS``)."""
-    import tvm
-
-    if isinstance(target, tvm.target.Target):
-        return target
-    if isinstance(target, str) and target in TARGETS:
-        target = TARGETS[target]
-    if isinstance(target, str | dict):
-        try:
-            return tvm.target.Target(target)
-        except Exception as exc:  # noqa: BLE001  TVM's own error types
-            raise ValueError(f"Expected a target tag or JSON dict but got target={target!r}: "
-                             f"{tvm_message(exc)}") from None
-    raise TypeError(f"Expected a Target, tag or JSON dict but got target={target!r}")
-
-
-def tvm_message(exc: BaseException) -> str:
-    # TVM puts the useful sentence last ("ScheduleError: ...", "ValueError: ...").
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    return lines[-1] if lines else type(exc).__name__
+__all__ = ["apply_insts", "loop_names_of", "regenerate_postproc"]
 
 
 def _locate(inst: Inst, lines: list[str], message: str) -> DslSemanticError:
@@ -154,39 +110,6 @@ def _check_tile(sch, loop_rv, decision, inst: Inst, lines: list[str]) -> None:
         raise _locate(inst, lines,
                       f"tile factors {[int(f) for f in decision]} multiply to {product}, but the "
                       f"loop {loop.loop_var.name!r} has extent {extent}")
-
-
-def import_tensor_intrinsics() -> None:
-    """Import ``tvm.s_tir.tensor_intrin`` (which every MetaSchedule TuneContext imports), six or
-    so times faster than a plain import.
-
-    The import parses hundreds of TVMScript intrinsics, and the parser asks
-    ``inspect.getmodule`` about each code object; for objects without ``__module__`` that
-    scans all of ``sys.modules`` every time (15-25 s per process, 90% of the import).  A file
-    belongs to one module, so the answer is memoized per file for the duration of the import.
-    """
-    import inspect
-    import sys
-
-    if "tvm.s_tir.tensor_intrin" in sys.modules:
-        return
-    original = inspect.getmodule
-    memo: dict[str, Any] = {}
-
-    def getmodule(obj, _filename=None):
-        code = getattr(obj, "f_code", obj)
-        key = _filename or getattr(code, "co_filename", None)
-        if key is None or inspect.ismodule(obj) or getattr(obj, "__module__", None):
-            return original(obj, _filename)
-        if key not in memo:
-            memo[key] = original(obj, _filename)
-        return memo[key]
-
-    inspect.getmodule = getmodule
-    try:
-        import tvm.s_tir.tensor_intrin  # noqa: F401
-    finally:
-        inspect.getmodule = original
 
 
 def regenerate_postproc(prefix_trace, workload: Any, target: Any, postproc_set: str):

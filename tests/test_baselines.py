@@ -14,7 +14,7 @@ import warnings
 import numpy as np
 import pytest
 
-from codegen import baselines as bl
+from codegen.search import baselines as bl
 from codegen.workloads import workload
 
 LLVM = {"kind": "llvm", "num-cores": 2}

@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 
 import dragon_dsl
-from codegen.cache import Cache
-from codegen.evaluate import Evaluator
 from codegen.measure import MeasureConfig
-from codegen.outcomes import Outcome, Status
+from codegen.measure.cache import Cache
+from codegen.measure.evaluator import Evaluator
+from codegen.measure.outcomes import Outcome, Status
+from codegen.measure.protocol import PingJob, ReferenceJob, WorkloadData
+from codegen.measure.verify import compare, poison
+from codegen.measure.worker import JobCrashed, JobTimeout, Worker
 from codegen.search import sample_traces
-from codegen.verify import compare, poison
-from codegen.workers import JobCrashed, JobTimeout, Worker
 from codegen.workloads import workload
 
 FAST = MeasureConfig(repeat=3, min_repeat_ms=1.0)
@@ -56,7 +57,7 @@ def sampled(spec: str, n: int, target: str = "llvm", rules: str = "llvm", seed: 
 
 @pytest.mark.parametrize("spec", FAMILY_SPECS)
 def test_every_family_verifies_unscheduled_and_sampled(ev, spec):
-    from codegen.baselines import unscheduled
+    from codegen.search.baselines import unscheduled
 
     wl, scripts = sampled(spec, 2)
     assert scripts, f"MetaSchedule gave no trace for {spec}"
@@ -141,12 +142,15 @@ def test_a_worker_killed_by_a_signal_is_a_runtime_error_and_is_replaced():
 def test_a_corrupted_build_is_a_runtime_error_at_load(ev):
     import tempfile
 
-    from codegen.jobs import encode_workload
+    from codegen.measure.evaluator import _Item
+    from codegen.measure.protocol import WorkloadData
 
     wl = workload("matmul(m=16,n=16,k=16)")
-    payload = encode_workload(wl)
-    artifact = ev._build(payload, {"script": 'block "C" -> b0'}, tempfile.mkdtemp(), 0)
-    with open(artifact["library"], "r+b") as f:  # keep the ELF header, scramble the rest
+    payload = WorkloadData.of(wl)
+    item = _Item('block "C" -> b0', script='block "C" -> b0')
+    ev._build(payload, item, tempfile.mkdtemp(), 0)
+    artifact = item.artifact
+    with open(artifact.library, "r+b") as f:  # keep the ELF header, scramble the rest
         f.seek(64)
         f.write(os.urandom(4096))
     assert ev._prepare(payload) is None
@@ -156,31 +160,25 @@ def test_a_corrupted_build_is_a_runtime_error_at_load(ev):
 
 def test_memory_limit_kills_the_worker_not_the_caller():
     with Worker() as probe:
-        probe.call({"job": "ping"}, timeout=60)
+        probe.call(PingJob(), timeout=60)
         base = probe._rss_mb()
     # 3 buffers of 64 MiB each, far above the limit of base + 100 MiB.
     wl = workload("elementwise(m=4096,n=4096,ops=add)")
-    from codegen.jobs import encode_workload
-
     with Worker(memory_limit_mb=int(base) + 100) as w:
         with pytest.raises(JobCrashed, match="memory"):
-            w.call({"job": "reference", "workload": encode_workload(wl),
-                    "config": {"seed": 0}}, timeout=120)
-        assert w.call({"job": "ping"}, timeout=60)["pid"] == w.pid  # restarted
+            w.call(ReferenceJob(WorkloadData.of(wl), MeasureConfig()), timeout=120)
+        assert w.call(PingJob(), timeout=60).pid == w.pid  # restarted
 
 
 def test_worker_timeout_kills_the_whole_process_group():
     import psutil
 
     with Worker() as w:
-        w.call({"job": "ping"}, timeout=60)
+        w.call(PingJob(), timeout=60)
         pid = w.pid
         wl = workload("matmul(m=512,n=512,k=512)")
-        from codegen.jobs import encode_workload
-
         with pytest.raises(JobTimeout):
-            w.call({"job": "reference", "workload": encode_workload(wl),
-                    "config": {"seed": 0}}, timeout=0.5)
+            w.call(ReferenceJob(WorkloadData.of(wl), MeasureConfig()), timeout=0.5)
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
 
 
@@ -190,7 +188,7 @@ def test_cuda_scripts_compile_to_cubin_without_a_gpu():
     with Evaluator("cuda", cache=False, config=FAST, builders=2) as ev:
         outcomes = ev.evaluate(wl, scripts)
         [soft] = ev.evaluate(workload("softmax(m=32,n=128)"), softmax_scripts)
-        if ev._present:
+        if ev._device_info().present:
             pytest.skip("a GPU is present: the gpu-marked tests cover running")
     for outcome in [*outcomes, soft]:
         assert outcome.status is Status.BUILT, outcome.summary()
@@ -199,7 +197,7 @@ def test_cuda_scripts_compile_to_cubin_without_a_gpu():
 
 def test_cubin_is_a_real_cuda_binary(tmp_path):
     from codegen.apply import apply
-    from codegen.build import build
+    from codegen.measure.build import build
 
     wl, [script] = sampled("matmul(m=64,n=64,k=64)", 1, target="cuda", rules="cuda")
     artifact = build(apply(script, wl, "cuda"), "cuda", str(tmp_path))
@@ -253,7 +251,7 @@ def test_compare_tolerances_per_dtype():
 
 
 def test_rpc_tracker_measures_on_the_remote_device():
-    from codegen.remote import LocalTracker
+    from codegen.measure.remote import LocalTracker
 
     wl, scripts = sampled("matmul(m=32,n=32,k=32)", 1)
     with LocalTracker(key="cpu-test", port=9300) as tracker:

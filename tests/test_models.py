@@ -18,8 +18,8 @@ import tvm  # noqa: E402
 import tvm_ffi  # noqa: E402
 from tvm import relax  # noqa: E402
 
-from codegen.model_zoo import MODELS  # noqa: E402
-from codegen.models import (  # noqa: E402
+from codegen.workloads.model_zoo import MODELS  # noqa: E402
+from codegen.workloads.models import (  # noqa: E402
     extract_tasks,
     import_model,
     model_spec,
@@ -39,7 +39,7 @@ EXPECTED_KINDS = {
 
 
 def test_import_is_cheap():
-    code = "import sys, codegen.models; print('torch' in sys.modules)"
+    code = "import sys, codegen.workloads.models; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from codegen.families import FAMILIES
 from codegen.workloads import workload
+from codegen.workloads.families import FAMILIES
 from training.kernel_text import describe, token_counts, tvmscript
 from training.prompts import (
     PROMPT_VERSION,

@@ -14,9 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from codegen.cli_workloads import main as workloads_main
-from codegen.families import FAMILIES, accumulator
-from codegen.sampler import iter_workloads, sample_workloads, sampler_stats
+from codegen.cli.workloads import main as workloads_main
 from codegen.workloads import (
     Workload,
     WorkloadError,
@@ -25,6 +23,8 @@ from codegen.workloads import (
     parse_spec,
     workload,
 )
+from codegen.workloads.families import FAMILIES, accumulator
+from codegen.workloads.shapes import iter_workloads, sample_workloads, sampler_stats
 from dragon_dsl.errors import DragonError
 
 # Identities of specs the other tests and the benchmarks use, from before the family library
@@ -494,7 +494,7 @@ def test_dragon_workloads_through_the_entry_point(monkeypatch, capsys):
     import dragon_dsl.cli as cli
 
     real = metadata.entry_points
-    mine = metadata.EntryPoint("workloads", "codegen.cli_workloads:register", "dragon.commands")
+    mine = metadata.EntryPoint("workloads", "codegen.cli.workloads:register", "dragon.commands")
 
     def entry_points(group):
         found = [e for e in real(group=group) if e.name != "workloads"]

@@ -45,20 +45,13 @@ _DERIVED = re.compile(r"^[lbv][0-9]+$")
 
 def kernel_loops(workload: Any) -> tuple[list[str], dict[str, set[int]]]:
     """The kernel's block names, and each loop name with the extents it has in some block."""
-    from tvm.s_tir.schedule import Schedule
+    from codegen.workloads.inspect import blocks as kernel_blocks
 
-    from dragon_dsl.replay import as_module
-
-    sch = Schedule(as_module(workload))
     blocks, loops = [], {}
-    pending = list(sch.get_child_blocks(sch.get_sblock("root")))
-    while pending:
-        block = pending.pop(0)
-        blocks.append(str(sch.get(block).name_hint))
-        for loop in sch.get_loops(block):
-            node = sch.get(loop)
-            loops.setdefault(str(node.loop_var.name), set()).add(int(node.extent))
-        pending.extend(sch.get_child_blocks(block))
+    for block in kernel_blocks(workload):
+        blocks.append(block.name)
+        for loop in block.loops:
+            loops.setdefault(loop.name, set()).add(int(loop.extent))
     return blocks, loops
 
 

@@ -72,28 +72,27 @@ def describe(workload: Any) -> str:
       init C[i, j] = 0
       C[i, j] += A[i, k] * B[k, j]
     """
-    from tvm import s_tir
+    from codegen.workloads import inspect
 
-    func = _main(workload)
-    root = func.body.block if isinstance(func.body, s_tir.SBlockRealize) else None
+    func = inspect.main_func(_module(workload))
+    root = inspect.root_block(func)
     if root is None:  # no root block (a plain TIR function): TVMScript says it best
         return tvmscript(workload)
     names = _Names()
     params = [names.add(p) for p in func.params]
-    blocks: list[tuple[Any, Any, list]] = []
-    _collect(root.body, [], blocks)
+    blocks = inspect.blocks(func)
     temps = [names.add(b) for b in root.alloc_buffers]
-    for _, block, _ in blocks:
-        temps += [names.add(b) for b in block.alloc_buffers]
-    written = {names.name(w.source) for _, block, _ in blocks for w in block.writes}
+    for b in blocks:
+        temps += [names.add(buffer) for buffer in b.block.alloc_buffers]
+    written = {names.name(w) for b in blocks for w in b.writes}
     free = {int(i) for i in (func.attrs or {}).get("layout_free_buffers", [])}
     lines = []
     for index, (param, name) in enumerate(zip(func.params, params, strict=True)):
         role = "output" if name in written else "input"
         lines.append(f"{role} {name} {_buffer_type(param)}" + (" layout_free" * (index in free)))
     lines += [f"temp {name} {_buffer_type(names.var(name))}" for name in temps]
-    for realize, block, loops in blocks:
-        lines += _block_lines(realize, block, loops, names)
+    for b in blocks:
+        lines += _block_lines(b, names)
     return "\n".join(lines) + "\n"
 
 
@@ -133,44 +132,16 @@ def token_counts(specs: Iterable[str]) -> list[dict[str, Any]]:
     return rows
 
 
-# ---- walking the module ----------------------------------------------------------------------
+# ---- the module and its names ----------------------------------------------------------------
 
 def _module(workload: Any):
     if isinstance(workload, str | os.PathLike):
         from codegen.workloads import workload as build
 
         workload = build(workload)
-    from dragon_dsl.replay import as_module
+    from codegen.targets import as_module
 
     return as_module(workload)
-
-
-def _main(workload: Any):
-    mod = _module(workload)
-    names = [gv.name_hint for gv in mod.functions]
-    if "main" not in names:
-        raise ValueError(f"Expected a module with a PrimFunc 'main' but got functions {names}")
-    return mod["main"]
-
-
-def _collect(stmt, loops: list, blocks: list) -> None:
-    """Blocks in program order, each with the loops between it and its parent block (the loops
-    ``get_loops`` returns)."""
-    from tvm import s_tir, tirx
-
-    if isinstance(stmt, tirx.For):
-        _collect(stmt.body, [*loops, stmt], blocks)
-    elif isinstance(stmt, tirx.SeqStmt):
-        for child in stmt.seq:
-            _collect(child, loops, blocks)
-    elif isinstance(stmt, s_tir.SBlockRealize):
-        blocks.append((stmt, stmt.block, loops))
-        _collect(stmt.block.body, [], blocks)
-    else:
-        for attr in ("body", "then_case", "else_case"):
-            child = getattr(stmt, attr, None)
-            if child is not None:
-                _collect(child, loops, blocks)
 
 
 class _Names:
@@ -211,12 +182,11 @@ def _is_const(value) -> bool:
     return isinstance(value, int) or type(value).__name__ == "IntImm"
 
 
-def _block_lines(realize, block, loops: list, names: _Names) -> list[str]:
-    reduce_vars: set = set()
+def _block_lines(b, names: _Names) -> list[str]:
+    """The lines of one ``codegen.workloads.inspect.Block``."""
+    block, loops = b.block, [lp.node for lp in b.loops]
     bindings, iters = {}, []
-    for iv, value in zip(block.iter_vars, realize.iter_values, strict=True):
-        if int(iv.iter_type) == 2:
-            reduce_vars |= _vars_in(value)
+    for iv, value in zip(block.iter_vars, b.realize.iter_values, strict=True):
         if _bound_to_loop(iv, value, loops):
             bindings[iv.var] = value  # written with the loop's name, as scripts name it
         else:
@@ -224,8 +194,7 @@ def _block_lines(realize, block, loops: list, names: _Names) -> list[str]:
     printer = _Printer(bindings, names)
     lines = [f'block "{block.name_hint}"']
     if loops:
-        lines.append("  loops " + ", ".join(_loop_text(loop, reduce_vars, printer)
-                                            for loop in loops))
+        lines.append("  loops " + ", ".join(_loop_text(lp, printer) for lp in b.loops))
     reads = ", ".join(names.name(r.source) for r in block.reads)
     writes = ", ".join(names.name(w.source) for w in block.writes)
     lines.append(f"  reads {reads or '-'}; writes {writes or '-'}")
@@ -242,9 +211,9 @@ def _block_lines(realize, block, loops: list, names: _Names) -> list[str]:
     return lines
 
 
-def _loop_text(loop, reduce_vars: set, printer: _Printer) -> str:
-    kind = "R" if loop.loop_var in reduce_vars else "S"
-    text = f"{loop.loop_var.name} {_dim(loop.extent)} {kind}"
+def _loop_text(lp, printer: _Printer) -> str:
+    loop = lp.node
+    text = f"{lp.name} {_dim(loop.extent)} {lp.kind}"
     if not (_is_const(loop.min) and int(loop.min) == 0):
         text += f" min={printer.expr(loop.min)}"
     if int(loop.kind) != 0:  # not serial (workloads are unscheduled, but files may differ)
@@ -259,12 +228,6 @@ def _bound_to_loop(iv, value, loops: list) -> bool:
         return False
     loop = next((lp for lp in loops if lp.loop_var.same_as(value)), None)
     return loop is not None and _dim(loop.extent) == _dim(iv.dom.extent)
-
-
-def _vars_in(expr) -> set:
-    from tvm.tirx.analysis import undefined_vars
-
-    return set(undefined_vars(expr))
 
 
 def _attr(value) -> str:

@@ -50,7 +50,7 @@ class SamplingConfig:
                 "string is long).  The steered tokens are counted in Sample.forced_tokens.  "
                 "0 turns it off.  Only the 'llguidance' backend does this."})
     backend: str = field(default=DEFAULT_BACKEND, metadata={
-        "help": f"Constrained-generation backend, one of {BACKENDS}."})
+        "help": f"Constrained-generation backend, one of {BACKENDS}.", "choices": BACKENDS})
 
     def __post_init__(self) -> None:
         checks = [("n", self.n >= 1), ("temperature", self.temperature > 0),

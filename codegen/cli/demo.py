@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 import time
 
-from .targets import default_rules
+from dragon_dsl.cli_kit import ExitCode
+
+from ..targets import default_rules
 
 __all__ = ["register", "run_demo"]
 
@@ -20,11 +22,10 @@ def run_demo(spec: str, target: str, rules: str, seed: int) -> int:
     from tvm.s_tir.schedule import Schedule
 
     import dragon_dsl
-    from dragon_dsl.tvm_bridge import trace_json
 
-    from .search import sample_traces
-    from .targets import postproc_set
-    from .workloads import workload
+    from ..search import sample_traces
+    from ..targets import postproc_set
+    from ..workloads import workload
 
     wl = workload(spec)
     _say(f"== workload: {wl.spec}")
@@ -35,7 +36,7 @@ def run_demo(spec: str, target: str, rules: str, seed: int) -> int:
     traces = sample_traces(wl.mod, target, rules, 1, seed=seed)
     if not traces:
         _say("no trace survived the postprocessors; try another --seed")
-        return 1
+        return ExitCode.FINDINGS
     trace = traces[0]
     python_form = "\n".join(trace.as_python())
     _say(f"   ({time.time() - start:.1f} s)")
@@ -46,7 +47,7 @@ def run_demo(spec: str, target: str, rules: str, seed: int) -> int:
     _say("== the Dragon script (postprocessing elided: `postproc auto`)")
     _say(script)
     decoded = dragon_dsl.to_trace(script, workload=wl, target=target)
-    same_json = trace_json(decoded) == trace_json(trace)
+    same_json = dragon_dsl.trace_json(decoded) == dragon_dsl.trace_json(trace)
     a, b = Schedule(wl.mod), Schedule(wl.mod)
     trace.apply_to_schedule(a, remove_postproc=False)
     decoded.apply_to_schedule(b, remove_postproc=False)
@@ -64,7 +65,7 @@ def run_demo(spec: str, target: str, rules: str, seed: int) -> int:
              f"({n_script / n_python:.0%})")
     except ImportError:
         pass
-    return 0 if same_json and same_ir else 1
+    return ExitCode.OK if same_json and same_ir else ExitCode.FINDINGS
 
 
 def register(subparsers) -> None:

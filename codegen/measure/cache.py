@@ -46,7 +46,7 @@ class Cache:
     """Outcomes on disk.
 
     >>> import tempfile, os
-    >>> from codegen.outcomes import Status
+    >>> from codegen.measure.outcomes import Status
     >>> c = Cache(os.path.join(tempfile.mkdtemp(), "m.sqlite"))
     >>> c.put("k", Outcome(Status.CORRECT, latency_s=1e-3), workload="w", script="s")
     >>> c.get("k").latency_s, c.get("k").cached

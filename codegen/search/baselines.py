@@ -25,11 +25,20 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from dragon_dsl.replay import as_module, as_target, tvm_message
+from dragon_dsl.errors import DragonError
 
-from .targets import default_rules, postproc_set, schedule_rules
+from ..measure.config import MeasureConfig
+from ..targets import (
+    as_module,
+    as_target,
+    default_rules,
+    postproc_set,
+    schedule_rules,
+    tvm_message,
+)
 
 __all__ = [
+    "BASELINES",
     "DLIGHT_CPU_RULES",
     "DLIGHT_GPU_RULES",
     "BaselineUnavailable",
@@ -49,12 +58,10 @@ DLIGHT_GPU_RULES: tuple[str, ...] = ("Matmul", "GEMV", "LowBatchGEMV", "Reductio
                                      "GeneralReduction", "RMSNorm", "Transpose", "Fallback")
 DLIGHT_CPU_RULES: tuple[str, ...] = ("GEMV", "Reduction")
 
-BUILD_TIMEOUT_S = 120.0  # per candidate; MetaSchedule's 30 s default is short on a busy machine
-RUN_TIMEOUT_S = 60.0
 _MEMO_VERSION = 1
 
 
-class BaselineUnavailable(Exception):
+class BaselineUnavailable(DragonError):
     """The baseline does not exist for this workload and target; the message says why."""
 
 
@@ -282,12 +289,16 @@ def _tune(mod, tgt, rules: str, trials: int, work_dir: str, seed: int, builder, 
     from tvm.s_tir import meta_schedule as ms
 
     pp_set = postproc_set(rules)
+    # The same limits as our own measurements (MetaSchedule's 30 s build default is short on
+    # a busy machine).
+    limits = MeasureConfig()
     space = ms.space_generator.PostOrderApply(
         sch_rules=schedule_rules(rules), postprocs=pp_set, mutator_probs=pp_set)
     if builder is None:
-        builder = ms.builder.LocalBuilder(f_build=_build_candidate, timeout_sec=BUILD_TIMEOUT_S)
+        builder = ms.builder.LocalBuilder(f_build=_build_candidate,
+                                          timeout_sec=limits.build_timeout_s)
     if runner is None:
-        runner = ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S)
+        runner = ms.runner.LocalRunner(timeout_sec=limits.run_timeout_s)
     database = ms.tune_tir(mod, tgt, work_dir, max_trials_global=trials,
                            num_trials_per_iter=min(64, trials), builder=builder, runner=runner,
                            cost_model=cost_model, space=space, seed=seed)
@@ -300,17 +311,34 @@ def _tune(mod, tgt, rules: str, trials: int, work_dir: str, seed: int, builder, 
     return (sch, sum(secs) / len(secs)), count
 
 
-def baselines(workload: Any, target: Any, trials: int = 64, **tune_options: Any) -> dict:
-    """All three baselines by name ("unscheduled", "default", "metaschedule"): each a scheduled
-    IRModule, or the BaselineUnavailable that says why it does not exist.  ``tune_options``
-    go to ``metaschedule_best``."""
+BASELINES: tuple[str, ...] = ("unscheduled", "default", "metaschedule")
+
+
+def baselines(workload: Any, target: Any, trials: int = 64,
+              names: tuple[str, ...] | list[str] = BASELINES, progress: Any = None,
+              **tune_options: Any) -> dict[str, Any]:
+    """The baselines ``names`` (from ``BASELINES``) by name: each a scheduled IRModule, or the
+    BaselineUnavailable that says why it does not exist.  ``tune_options`` go to
+    ``metaschedule_best``; ``progress(message)`` hears which baseline is being made.
+
+    >>> from codegen.workloads import workload
+    >>> made = baselines(workload("matmul(m=16,n=16,k=16)"), "llvm", names=["unscheduled"])
+    >>> list(made)
+    ['unscheduled']
+    """
+    makers = {"unscheduled": lambda: unscheduled(workload, target),
+              "default": lambda: rule_based(workload, target),
+              "metaschedule": lambda: metaschedule_best(workload, target, trials=trials,
+                                                        **tune_options).mod}
+    unknown = [n for n in names if n not in makers]
+    if unknown:
+        raise ValueError(f"Expected baselines from {list(BASELINES)} but got {unknown}")
     out: dict[str, Any] = {}
-    for name, make in (("unscheduled", lambda: unscheduled(workload, target)),
-                       ("default", lambda: rule_based(workload, target)),
-                       ("metaschedule", lambda: metaschedule_best(
-                           workload, target, trials=trials, **tune_options).mod)):
+    for name in names:
+        if progress is not None:
+            progress(f"baseline {name} ...")
         try:
-            out[name] = make()
+            out[name] = makers[name]()
         except BaselineUnavailable as exc:
             out[name] = exc
     return out

@@ -36,7 +36,7 @@ class ModelTask:
     @property
     def workload(self):
         """The task as a ``codegen.workloads.Workload``."""
-        from .workloads import Workload
+        from .workload import Workload
 
         return Workload(spec=self.spec, mod=self.mod)
 
@@ -148,7 +148,7 @@ def extract_tasks(name: str, preset: str = "tiny", target: Any = "llvm", batch: 
     import tvm_ffi
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract
 
-    from .targets import as_target
+    from ..targets import as_target
 
     seq = _lookup(name, preset)[1].seq if seq is None else seq
     mod = _imported(name, preset, batch, seq)

@@ -12,12 +12,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from dragon_dsl.replay import as_target
+from dragon_dsl.errors import DragonError
+
+from ..targets import as_target, tvm_message
 
 __all__ = ["Artifact", "BuildError", "build", "cuda_source", "compile_cubin"]
 
 
-class BuildError(Exception):
+class BuildError(DragonError):
     """Lowering, code generation or the CUDA compiler failed."""
 
 
@@ -34,8 +36,6 @@ class Artifact:
 def build(mod, target: Any, out_dir: str) -> Artifact:
     """Compile ``mod`` for ``target`` into ``out_dir``."""
     import tvm
-
-    from dragon_dsl.replay import tvm_message
 
     tgt = as_target(target)
     os.makedirs(out_dir, exist_ok=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from .targets import as_target, postproc_set, schedule_rules
+from ..targets import as_target, import_tensor_intrinsics, postproc_set, schedule_rules
 
 __all__ = ["SearchSpace", "search_space", "sample_traces"]
 
@@ -21,8 +21,6 @@ class SearchSpace:
     def __init__(self, mod, target: Any, rules: str) -> None:
         import tvm
         from tvm.s_tir import meta_schedule as ms
-
-        from dragon_dsl.replay import import_tensor_intrinsics
 
         import_tensor_intrinsics()
         self.mod = mod if isinstance(mod, tvm.IRModule) else tvm.IRModule({"main": mod})
@@ -43,13 +41,12 @@ class SearchSpace:
         self.spaces = list(self.context.generate_design_space())
         self.postprocs = list(self.context.space_generator.postprocs)
 
-    def sample(self, seed: int, space: int | None = None):
+    def sample(self, seed: int):
         """One trace with fresh decisions, post-processed (None when a postprocessor rejects)."""
         from tvm.s_tir.schedule import Schedule, Trace
 
         rng = random.Random(seed)
-        index = rng.randrange(len(self.spaces)) if space is None else space
-        design = self.spaces[index].trace
+        design = self.spaces[rng.randrange(len(self.spaces))].trace
         sch = Schedule(self.mod, seed=rng.randrange(1, 2**31 - 1))
         try:
             Trace(design.insts, {}).apply_to_schedule(sch, remove_postproc=True)

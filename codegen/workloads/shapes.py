@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from .families import FAMILIES, WorkloadError
-from .workloads import format_spec
+from .specs import format_spec
 
 __all__ = ["FAMILY_SHARES", "iter_workloads", "sample_workloads", "sampler_stats"]
 

@@ -1,7 +1,8 @@
 """Isolated worker processes: every build and every kernel run happens in one of these, so that
 a hang, an abort, a segfault or runaway memory ends one job, never the caller.
 
-A worker runs ``codegen.jobs`` (without torch) talking JSON over a private pipe.  It runs in its own
+A worker runs ``codegen.measure.worker_main`` (without torch), exchanging the typed messages of
+``codegen.measure.protocol`` over a private pipe.  It runs in its own
 process group (a job's children, such as nvcc, die with it), exits when its parent dies (a
 watcher thread: PR_SET_PDEATHSIG would tie it to the thread that started it), and reports which
 stage a job has reached, so a crash is attributed to the stage (apply, build, load, run) where
@@ -10,25 +11,34 @@ it happened.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from multiprocessing.connection import Connection
-from typing import Any
 
-__all__ = ["JobCrashed", "JobFailed", "JobTimeout", "Worker"]
+from dragon_dsl.errors import DragonError
+
+from .protocol import Error, Message, Progress, decode, encode
+
+__all__ = ["JobCrashed", "JobFailed", "JobTimeout", "Worker", "WorkerError"]
 
 
 # tvm_ffi imports torch whenever it is installed (3 s, and a sys.modules twice as large, which
 # slows TVMScript parsing); workers never need torch, so they start without it.
 _BOOT = ("import sys; sys.modules.setdefault('torch', None); import runpy; "
-         "runpy.run_module('codegen.jobs', run_name='__main__')")
+         "runpy.run_module('codegen.measure.worker_main', run_name='__main__')")
 
 
-class JobTimeout(Exception):
+class WorkerError(DragonError):
+    """A job did not finish: ``stage`` says where it was.  The evaluator turns these into
+    outcomes (timeout, runtime_error, ...); callers of ``Worker.call`` catch this class."""
+
+    stage: str = ""
+
+
+class JobTimeout(WorkerError):
     """The job ran past its time limit; the worker was killed."""
 
     def __init__(self, stage: str, seconds: float) -> None:
@@ -36,7 +46,7 @@ class JobTimeout(Exception):
         self.stage = stage
 
 
-class JobCrashed(Exception):
+class JobCrashed(WorkerError):
     """The worker died during the job (a signal, an abort, or the memory limit)."""
 
     def __init__(self, stage: str, reason: str, signal_name: str | None = None) -> None:
@@ -44,7 +54,7 @@ class JobCrashed(Exception):
         self.stage, self.reason, self.signal = stage, reason, signal_name
 
 
-class JobFailed(Exception):
+class JobFailed(WorkerError):
     """The job raised an unexpected Python exception inside the worker."""
 
     def __init__(self, stage: str, message: str) -> None:
@@ -52,11 +62,17 @@ class JobFailed(Exception):
         self.stage = stage
 
 
-class Worker:
-    """One worker process.  ``call`` runs a job and returns its JSON result.
+# The stage a job starts in, before the worker reports its first Progress.
+_JOB_STAGES = {"ApplyJob": "apply", "BuildJob": "build", "ReferenceJob": "reference",
+               "RunJob": "run", "DescribeJob": "device", "PingJob": "ping"}
 
+
+class Worker:
+    """One worker process.  ``call`` runs a job and returns its reply.
+
+    >>> from codegen.measure.protocol import PingJob
     >>> with Worker() as w:
-    ...     w.call({"job": "ping"}, timeout=60)["pid"] == w.pid
+    ...     w.call(PingJob(), timeout=60).pid == w.pid
     True
     """
 
@@ -95,14 +111,14 @@ class Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def call(self, job: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def call(self, job: Message, timeout: float) -> Message:
         """Run one job.  Raises JobTimeout, JobCrashed or JobFailed; restarts lazily."""
         if not self.alive():
             self.close()
             self.start()
         assert self.proc is not None
-        stage = self.stage = job.get("job", "job")
-        self._writer.send_bytes(json.dumps(job).encode())
+        stage = self.stage = _JOB_STAGES.get(type(job).__name__, "job")
+        self._writer.send_bytes(encode(job))
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -111,15 +127,15 @@ class Worker:
                 raise JobTimeout(stage, timeout)
             if self._reader.poll(min(left, 0.05)):
                 try:
-                    message = json.loads(self._reader.recv_bytes())
+                    message = decode(self._reader.recv_bytes())
                 except (EOFError, OSError):
                     raise self._crashed(stage) from None
-                if "stage" in message and len(message) == 1:  # progress report
-                    stage = self.stage = message["stage"]
+                if isinstance(message, Progress):
+                    stage = self.stage = message.stage
                     continue
                 self.stage = None
-                if "error" in message:
-                    raise JobFailed(stage, message["error"])
+                if isinstance(message, Error):
+                    raise JobFailed(stage, message.message)
                 return message
             if self.proc.poll() is not None:
                 raise self._crashed(stage)
@@ -157,7 +173,7 @@ class Worker:
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             try:
-                self._writer.send_bytes(b'{"job": "exit"}')
+                self._writer.send_bytes(b"exit")
                 self.proc.wait(timeout=2)
             except (OSError, subprocess.TimeoutExpired):
                 self.kill()

@@ -7,8 +7,8 @@
 - ``dragon workloads sample [-n N] [--seed S] [--family F ...] [--json]``: canonical specs
   drawn from real-model shapes, one per line.
 
-Exit codes: 0 ok, 2 a bad spec or bad usage (one line on stderr).  Also runs standalone:
-``python -m codegen.cli_workloads list``.
+Exit codes (``ExitCode``): 0 ok, 2 a bad spec or bad usage (one line on stderr).  Also runs
+standalone: ``python -m codegen.cli.workloads list``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import json
 import sys
 from typing import Any
 
-from .families import FAMILIES, WorkloadError
+from dragon_dsl.cli_kit import ExitCode, UsageError
+
+from ..workloads.families import FAMILIES, WorkloadError
 
 __all__ = ["main", "register", "summarize"]
 
-EXIT_OK, EXIT_USAGE = 0, 2
 
 
 # ---- list ----------------------------------------------------------------------------------
@@ -44,7 +45,7 @@ def cmd_list(args) -> int:
     else:
         for name in FAMILIES:
             print(_family_line(name))
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # ---- show ----------------------------------------------------------------------------------
@@ -58,25 +59,31 @@ def summarize(wl) -> dict[str, Any]:
     """
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    func = wl.mod["main"]
-    root = func.body.block
-    written: set[str] = set()
-    blocks: list[dict[str, Any]] = []
-    _walk(root.body, [], blocks, written)
+    from ..workloads.inspect import blocks, main_func, root_block
+
+    func = main_func(wl)
+    found = blocks(wl)
+    written = {str(w.name) for b in found for w in b.writes}
+    rows = [{"name": b.name,
+             "loops": [[lp.name, lp.extent, "reduce" if lp.kind == "R" else "spatial"]
+                       for lp in b.loops],
+             "reads": [str(r.name) for r in b.reads], "writes": [str(w.name) for w in b.writes]}
+            for b in found]
+    root = root_block(wl)
     buffers = [{"name": p.name, "dtype": str(p.dtype), "shape": [int(d) for d in p.shape],
                 "role": "out" if p.name in written else "in"} for p in func.params]
     buffers += [{"name": b.name, "dtype": str(b.dtype), "shape": [int(d) for d in b.shape],
-                 "role": "tmp"} for b in root.alloc_buffers]
+                 "role": "tmp"} for b in (root.alloc_buffers if root is not None else [])]
     try:
         flops: float | None = float(estimate_tir_flops(wl.mod))
     except Exception:  # noqa: BLE001  an estimate only; some functions have none
         flops = None
     return {"spec": wl.spec, "canonical": _canonical(wl.spec), "identity": wl.identity,
-            "flops": flops, "buffers": buffers, "blocks": blocks}
+            "flops": flops, "buffers": buffers, "blocks": rows}
 
 
 def _canonical(spec: str) -> str | None:
-    from .workloads import canonical_spec
+    from ..workloads import canonical_spec
 
     try:
         return canonical_spec(spec)
@@ -84,48 +91,18 @@ def _canonical(spec: str) -> str | None:
         return None
 
 
-def _walk(stmt, loops: list, blocks: list, written: set[str]) -> None:
-    from tvm import tirx
-    from tvm.s_tir import SBlockRealize
-    from tvm.tirx.analysis import undefined_vars
-
-    if isinstance(stmt, tirx.For):
-        _walk(stmt.body, [*loops, stmt], blocks, written)
-    elif isinstance(stmt, tirx.SeqStmt):
-        for s in stmt.seq:
-            _walk(s, loops, blocks, written)
-    elif isinstance(stmt, SBlockRealize):
-        block = stmt.block
-        reduce_vars = [v for iv, value in zip(block.iter_vars, stmt.iter_values, strict=True)
-                       if int(iv.iter_type) == tirx.IterVar.CommReduce
-                       for v in undefined_vars(value)]
-        rows = [[loop.loop_var.name, int(loop.extent),
-                 "reduce" if any(v.same_as(loop.loop_var) for v in reduce_vars) else "spatial"]
-                for loop in loops]
-        names = [w.source.name if hasattr(w, "source") else str(w) for w in block.writes]
-        written.update(names)
-        blocks.append({"name": block.name_hint, "loops": rows,
-                       "reads": [r.source.name for r in block.reads], "writes": names})
-        _walk(block.body, [], blocks, written)
-    else:
-        for attr in ("body", "then_case", "else_case"):
-            child = getattr(stmt, attr, None)
-            if child is not None:
-                _walk(child, loops, blocks, written)
-
-
 def _flops_text(flops: float | None) -> str:
     return "unknown" if flops is None else f"{flops:,.0f}"
 
 
 def cmd_show(args) -> int:
-    from .workloads import script_workload, workload
+    from ..workloads import script_workload, workload
 
     wl = script_workload(sys.stdin.read()) if args.workload == "-" else workload(args.workload)
     info = summarize(wl)
     if args.json:
         print(json.dumps({**info, "script": wl.mod.script()}, indent=2))
-        return EXIT_OK
+        return ExitCode.OK
     if not args.no_script:
         print(wl.mod.script())
     print(f"spec:      {info['spec']}")
@@ -140,13 +117,13 @@ def cmd_show(args) -> int:
     for b in info["blocks"]:
         loops = " ".join(f"{n}:{e}{'(R)' if k == 'reduce' else ''}" for n, e, k in b["loops"])
         print(f"  {b['name']}: {loops}  reads {','.join(b['reads'])} -> {','.join(b['writes'])}")
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # ---- sample --------------------------------------------------------------------------------
 
 def cmd_sample(args) -> int:
-    from .sampler import sample_workloads
+    from ..workloads import sample_workloads
 
     specs = sample_workloads(args.n, seed=args.seed, families=args.family)
     if args.json:
@@ -154,7 +131,7 @@ def cmd_sample(args) -> int:
     else:
         for spec in specs:
             print(spec)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # ---- wiring --------------------------------------------------------------------------------
@@ -164,8 +141,7 @@ def _guarded(command):
         try:
             return command(args)
         except WorkloadError as exc:
-            print(f"dragon: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            raise UsageError(str(exc)) from None
     return run
 
 
@@ -193,7 +169,7 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
 
     def usage(_args) -> int:
         parser.print_help(sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
 
     parser.set_defaults(func=usage)
 
@@ -207,13 +183,9 @@ def register(subparsers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``dragon workloads`` on its own: ``main(["sample", "-n", "3"])``."""
-    parser = argparse.ArgumentParser(prog="dragon workloads")
-    _add_subcommands(parser)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
-        return int(exc.code or 0)
-    return args.func(args)
+    from dragon_dsl.cli import main as dragon
+
+    return dragon(["workloads", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Workloads: text specs of operator-family instances, TVMScript files, and their IRModules.
 
 A spec reads ``family(key=value,...)``, e.g. ``matmul(m=128,n=128,k=128,dtype=float16)``;
-parameters left out take the family's defaults (``codegen.families``). Every family also
+parameters left out take the family's defaults (``codegen.workloads.families``). Every family also
 takes ``layout_free=I``, which marks parameter I (a weight) layout-free as Relax does for
 constants. String values holding a comma are quoted: ``elementwise(ops="add,relu")``.
 
@@ -11,7 +11,8 @@ Two more spec forms are not families:
   ``@T.prim_func``. ``workload`` also takes the path itself (a ``.py`` file or an existing
   file); the function becomes ``main`` (its ``global_symbol`` too, as for TE workloads), so
   a spec's printed module, read back, has the spec's identity.
-- ``model(name=bert,preset=tiny,task=3)``: a task of a real model, from ``codegen.models``.
+- ``model(name=bert,preset=tiny,task=3)``: a task of a real model, from
+  ``codegen.workloads.models``.
 
 ``canonical_spec`` gives one text per workload: parameters in the family's order, defaults
 dropped, values normalised, so textual variants dedupe. ``Workload.identity`` names the
@@ -24,11 +25,11 @@ import ast
 import functools
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .families import FAMILIES, Family, WorkloadError
+from .workload import Workload
 
 __all__ = ["FAMILIES", "Workload", "WorkloadError", "canonical_spec", "format_spec",
            "parse_spec", "script_workload", "workload"]
@@ -38,28 +39,6 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.+\-/]+")
 _PSEUDO = ("file", "model")  # spec forms that are not operator families
 _DTYPE_ALIASES = {"fp32": "float32", "f32": "float32", "float": "float32", "fp16": "float16",
                   "f16": "float16", "half": "float16", "i8": "int8"}
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A named tensor program: its spec and its IRModule (one PrimFunc, ``main``).
-
-    >>> workload("matmul(m=16,n=16,k=16)").identity == workload("matmul(k=16,n=16,m=16)").identity
-    True
-    """
-
-    spec: str
-    mod: Any
-
-    @functools.cached_property
-    def identity(self) -> str:
-        """16 hex digits of the module's structural hash, the same in every process."""
-        import tvm_ffi
-
-        return f"{tvm_ffi.structural_hash(self.mod) & 0xFFFF_FFFF_FFFF_FFFF:016x}"
-
-    def __str__(self) -> str:
-        return self.spec
 
 
 # ---- parsing -------------------------------------------------------------------------------

@@ -6,10 +6,11 @@ On each GPU machine::
     python -m tvm.exec.rpc_tracker --host 0.0.0.0 --port 9190          # once, anywhere
     python -m tvm.exec.rpc_server --tracker TRACKER:9190 --key h100    # per GPU
 
-and here ``Evaluator("cuda", rpc={"tracker": "TRACKER:9190", "key": "h100"})``.  Building
+and here ``Evaluator("cuda", rpc={"tracker": "TRACKER:9190", "key": "h100"})`` (the
+``RPCDevice`` of ``codegen.measure.devices``).  Building
 stays local (parallel, to cubin); the artifact is uploaded, loaded, verified and timed on the
 remote device; the reference outputs are computed here on the CPU.  MetaSchedule's own search
-uses the same tracker through ``ms_runner``.
+reaches the same tracker through its ``RPCRunner`` (``metaschedule_best(runner=...)``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LocalTracker", "connect", "ms_runner", "parse_address"]
+__all__ = ["LocalTracker", "connect", "parse_address"]
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -48,16 +49,6 @@ def connect(rpc: dict[str, Any]):
         return tvm_rpc.connect(host, port, session_timeout=timeout)
     raise ValueError(f"Expected an rpc dict with 'tracker' and 'key', or 'server', but got "
                      f"rpc={rpc!r}")
-
-
-def ms_runner(rpc: dict[str, Any], **evaluator):
-    """MetaSchedule's RPCRunner for the same tracker (for ``metaschedule_best`` baselines)."""
-    from tvm.s_tir.meta_schedule.runner import EvaluatorConfig, RPCConfig, RPCRunner
-
-    host, port = parse_address(rpc["tracker"])
-    config = RPCConfig(tracker_host=host, tracker_port=port, tracker_key=rpc["key"],
-                       session_timeout_sec=int(rpc.get("session_timeout_s", 120)))
-    return RPCRunner(config, EvaluatorConfig(**evaluator) if evaluator else None)
 
 
 @dataclass

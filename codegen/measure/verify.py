@@ -7,8 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dragon_dsl.replay import as_module
-
 __all__ = ["Comparison", "Param", "TOLERANCES", "compare", "make_inputs", "params_of", "poison"]
 
 # (rtol, atol) per output dtype; atol is scaled by the reference's mean magnitude (at least 1),
@@ -30,20 +28,12 @@ class Param:
 
 
 def params_of(workload) -> list[Param]:
-    """The kernel's parameters, with the outputs being those some block writes."""
-    from tvm.s_tir.schedule import Schedule
+    """The kernel's parameters, with the outputs being those some block writes (the last
+    parameter when no block says)."""
+    from ..workloads.inspect import blocks, main_func
 
-    func = as_module(workload)["main"]
-    written: list = []
-    try:
-        sch = Schedule(as_module(workload))
-        pending = list(sch.get_child_blocks(sch.get_sblock("root")))
-        while pending:
-            block = pending.pop()
-            written.extend(region.source for region in sch.get(block).writes)
-            pending.extend(sch.get_child_blocks(block))
-    except Exception:  # noqa: BLE001  no root block: fall back to "the last one is the output"
-        written = [func.params[-1]]
+    func = main_func(workload)
+    written = [buffer for block in blocks(func) for buffer in block.writes]
     out = []
     for param in func.params:
         shape = tuple(int(d) for d in param.shape)

@@ -1,0 +1,165 @@
+"""``dragon apply`` and ``dragon bench``: a script on a real kernel.
+
+``dragon apply SCRIPT --workload SPEC`` prints the scheduled TVMScript, or the statement that
+does not fit the kernel.  ``dragon bench SCRIPT... --workload SPEC`` builds, verifies and times
+each script and the baselines (``codegen.bench.bench``), and prints one table.  Exit codes
+(``ExitCode``): 0 ok, 1 a script failed (apply) or no script was correct (bench), 2 usage
+errors.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from dragon_dsl.cli_kit import (
+    ExitCode,
+    UsageError,
+    add_config_arguments,
+    config_from_args,
+    read_source,
+)
+
+from ..measure.config import MeasureConfig
+from ..search.baselines import BASELINES
+
+__all__ = ["format_table", "register"]
+
+
+def _inputs(args) -> tuple:
+    """The workload and target the flags name; UsageError when they name none."""
+    from ..targets import as_target
+    from ..workloads import workload
+
+    try:
+        return workload(args.workload), as_target(args.target)
+    except (ValueError, TypeError) as exc:  # a bad workload spec or target
+        raise UsageError(str(exc)) from None
+
+
+# ---- apply ---------------------------------------------------------------------------------
+
+def cmd_apply(args) -> int:
+    from ..measure.protocol import Applied, ApplyJob, WorkloadData
+    from ..measure.worker import Worker, WorkerError
+    from ..targets import target_dict
+
+    text = read_source(args.script)
+    wl, target = _inputs(args)
+    name = "<stdin>" if args.script == "-" else args.script
+    try:
+        with Worker() as worker:  # TVM's schedule primitives can abort the process
+            reply = worker.call(ApplyJob(WorkloadData.of(wl), text, target_dict(target)),
+                                timeout=args.timeout)
+    except WorkerError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return ExitCode.FINDINGS
+    if not isinstance(reply, Applied):
+        where = f"{reply.line}:{reply.column}: " if reply.line else ""
+        print(f"{name}:{where}{reply.status.value.replace('_', ' ')}: {reply.message}",
+              file=sys.stderr)
+        return ExitCode.FINDINGS
+    print(reply.tvmscript)
+    return ExitCode.OK
+
+
+# ---- bench ---------------------------------------------------------------------------------
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} us"
+
+
+def _err(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1e}"
+
+
+def format_table(report) -> str:
+    """The bench table: one row per baseline or script, speedups against each baseline."""
+    names = report.baselines
+    header = ["", "outcome", "max abs err", "median", "IQR"] + [f"vs {b}" for b in names]
+    table = [header]
+    for row in report.rows:
+        o = row.outcome
+        if o is None:  # a baseline that does not exist here
+            table.append([row.name, "unavailable", "-", "-", "-"] + ["-"] * len(names))
+            continue
+        speedups = [report.speedup(row.name, b) for b in names]
+        table.append([row.name, o.status.value + (" (cached)" if o.cached else ""),
+                      _err(o.max_abs_error), _ms(o.latency_s), _ms(o.spread_s)]
+                     + [f"{s:.2f}x" if s else "-" for s in speedups])
+    widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+             for r in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def cmd_bench(args) -> int:
+    from ..bench import bench
+
+    def progress(message: str) -> None:
+        if not args.json:
+            print(message, file=sys.stderr, flush=True)
+
+    scripts = {path: read_source(path) for path in args.scripts}
+    wl, target = _inputs(args)
+    names = [] if args.baselines == "none" else [b.strip() for b in args.baselines.split(",")]
+    unknown = sorted(set(names) - set(BASELINES))
+    if unknown:
+        raise UsageError(f"Expected baselines from {list(BASELINES)} but got {unknown}")
+    config = config_from_args(MeasureConfig, args)
+    report = bench(wl, scripts, target, baselines=names, trials=args.trials, config=config,
+                   cache=False if args.no_cache else None, builders=args.builders,
+                   progress=progress)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(f"{report.workload} on {report.target} ({report.device}); "
+              f"median of {config.repeat} repeats")
+        print(format_table(report))
+        for row in report.rows:
+            message = row.unavailable if row.outcome is None else \
+                ("" if row.outcome.ok else row.outcome.summary())
+            if message:
+                print(f"  {row.name}: {message}")
+    outcomes = [r.outcome for r in report.scripts]
+    return ExitCode.OK if any(o and o.ok for o in outcomes) or not outcomes \
+        else ExitCode.FINDINGS
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "apply", help="apply a script to a workload and print the scheduled TVMScript",
+        description="Apply a script to a workload (in a worker process) and print the "
+                    "scheduled TVMScript, or the statement the kernel refuses.",
+        epilog="example: dragon apply examples/bert_ffn_llvm_0.dragon "
+               "--workload 'dense(m=128,n=3072,k=768,bias=1,act=gelu)'")
+    p.add_argument("script", help="a .dragon file, or - for standard input")
+    p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
+    p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds the worker may take (default: 300)")
+    p.set_defaults(func=cmd_apply)
+
+    p = subparsers.add_parser(
+        "bench", help="build, verify and time scripts against baselines",
+        description="Build, verify and time scripts and baselines on one device in one "
+                    "session; print a table of medians and speedups.",
+        epilog="example: dragon bench examples/bert_ffn_llvm_*.dragon --workload "
+               "'dense(m=128,n=3072,k=768,bias=1,act=gelu)' --baselines unscheduled,default")
+    p.add_argument("scripts", nargs="*", help=".dragon files (- for standard input)")
+    p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
+    p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")
+    p.add_argument("--baselines", default="unscheduled,default",
+                   help=f"comma-separated, from {','.join(BASELINES)}, or none "
+                        "(default: unscheduled,default)")
+    p.add_argument("--trials", type=int, default=64,
+                   help="MetaSchedule trial budget (default: 64)")
+    add_config_arguments(p, MeasureConfig, aliases={"run_timeout_s": ("--timeout",)})
+    p.add_argument("--builders", type=int, default=None,
+                   help="parallel build workers (default: one per core)")
+    p.add_argument("--no-cache", action="store_true", help="measure again, ignoring the cache")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_bench)

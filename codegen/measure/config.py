@@ -1,0 +1,44 @@
+"""``MeasureConfig``: how candidates are verified and timed, and the limits on every stage.
+
+Each field's ``help`` is also its command-line flag's help (``dragon bench``): the default
+lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["MeasureConfig"]
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """How candidates are verified and timed.
+
+    >>> MeasureConfig(repeat=5).fingerprint()
+    'r5m20w1s0f1'
+    """
+
+    repeat: int = field(default=9, metadata={
+        "help": "Timed repeats per kernel; the median and IQR are over these."})
+    min_repeat_ms: float = field(default=20.0, metadata={
+        "help": "Each repeat runs the kernel enough times to last this long (ms)."})
+    warmup: int = field(default=1, metadata={"help": "Untimed runs after verification."})
+    seed: int = field(default=0, metadata={
+        "help": "Seed of the random inputs (the same for every candidate)."})
+    build_timeout_s: float = field(default=120.0, metadata={
+        "help": "Seconds to apply and build one candidate."})
+    run_timeout_s: float = field(default=60.0, metadata={
+        "help": "Seconds to load, verify and time one candidate."})
+    reference_timeout_s: float = field(default=600.0, metadata={
+        "help": "Seconds to compute the unscheduled reference, once per workload."})
+    memory_limit_mb: int = field(default=8192, metadata={
+        "help": "A worker above this resident memory (MiB) is killed."})
+    flush_l2: bool = field(default=True, metadata={
+        "help": "CUDA: flush L2 between repeats (or rotate input copies) so repeated runs "
+                "are not flattered by a warm cache."})
+
+    def fingerprint(self) -> str:
+        """What changes a measurement (timeouts and limits do not); part of the cache key."""
+        return (f"r{self.repeat}m{self.min_repeat_ms:g}w{self.warmup}s{self.seed}"
+                f"f{int(self.flush_l2)}")

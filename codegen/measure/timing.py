@@ -1,0 +1,48 @@
+"""Timing a loaded kernel: warm-up, repeated runs, median and spread.
+
+On CUDA, TVM's time evaluator times with device events; the L2 cache is flushed before each
+repeat when the runtime offers it, and otherwise the inputs rotate through enough copies to
+overflow L2.  On CPU the worker is pinned to the cores the target declares and TVM's thread
+pool is sized to match.  Which of these applies is the Device's choice (``devices.py``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import MeasureConfig
+
+__all__ = ["median_and_spread", "time_kernel"]
+
+
+def median_and_spread(values: list[float]) -> tuple[float, float]:
+    """Median and interquartile range."""
+    if len(values) < 2:
+        return (values[0] if values else float("nan")), 0.0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return statistics.median(values), q[2] - q[0]
+
+
+def time_kernel(rt_mod, dev, arg_sets: list[list], config: MeasureConfig,
+                preproc: str = "") -> list[float]:
+    """Seconds per run, one value per repeat.  ``arg_sets`` are interchangeable argument lists
+    (copies of the inputs); more than one means the repeats rotate through them.  ``preproc``
+    names a function TVM's time evaluator calls before each repeat (an L2 flush); the Device
+    chooses both (``Device.timing_args``)."""
+    entry = rt_mod.entry_name if getattr(rt_mod, "entry_name", "") else "main"
+    evaluator = rt_mod.time_evaluator(entry, dev, number=1, repeat=1, min_repeat_ms=0)
+    for _ in range(config.warmup):
+        evaluator(*arg_sets[0])
+    # Calibrate ``number`` so a repeat lasts min_repeat_ms, as TVM's evaluator would; done once
+    # here so that every repeat uses the same count.
+    single = max(evaluator(*arg_sets[0]).mean, 1e-7)
+    number = max(1, int(config.min_repeat_ms / 1e3 / single)) if len(arg_sets) == 1 else 1
+    evaluator = rt_mod.time_evaluator(entry, dev, number=number, repeat=1, min_repeat_ms=0,
+                                      f_preproc=preproc)
+    times = []
+    for i in range(config.repeat):
+        dev.sync()
+        times.append(float(evaluator(*arg_sets[i % len(arg_sets)]).mean))
+    return times

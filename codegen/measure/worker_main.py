@@ -1,0 +1,230 @@
+"""What runs inside a worker process (``python -m codegen.measure.worker_main READ_FD WRITE_FD``).
+
+Jobs and replies are the typed messages of ``codegen.measure.protocol``:
+- ``ApplyJob``: apply a script; ``Applied`` with the scheduled TVMScript;
+- ``BuildJob``: apply a script (or take a scheduled module) and build it; ``Built``;
+- ``ReferenceJob``: compute and keep the unscheduled kernel's outputs on the seeded inputs;
+- ``RunJob``: load an artifact on the Device, verify it against the reference, time it; an
+  ``Outcome``;
+- ``DescribeJob``: the Device's ``DeviceInfo``; ``PingJob``; ``b"exit"`` ends the worker.
+A candidate that does not parse, apply or build answers ``Failed``.  Before each stage the
+worker sends ``Progress``, so the parent can attribute a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from .outcomes import Outcome, Status
+from .protocol import (
+    Applied,
+    ApplyJob,
+    BuildJob,
+    Built,
+    DescribeJob,
+    DeviceInfo,
+    Error,
+    Failed,
+    Message,
+    PingJob,
+    Pong,
+    Progress,
+    Ready,
+    ReferenceJob,
+    RunJob,
+    WorkloadData,
+    decode,
+    encode,
+)
+
+__all__ = ["decode_workload", "serve"]
+
+_send = None  # set by serve(): reports progress to the parent
+
+
+def _stage(name: str) -> None:
+    if _send is not None:
+        _send(Progress(name))
+
+
+_WORKLOADS: dict[str, Any] = {}
+
+
+def decode_workload(data: WorkloadData):
+    import tvm
+
+    if data.ir not in _WORKLOADS:
+        _WORKLOADS.clear()  # one workload at a time is the common case; keep memory flat
+        _WORKLOADS[data.ir] = tvm.ir.load_json(data.ir)
+    return _WORKLOADS[data.ir]
+
+
+def _failure(status: Status, stage: str, exc: BaseException) -> Failed:
+    return Failed(status, stage, getattr(exc, "reason", str(exc)), getattr(exc, "line", None),
+                  getattr(exc, "column", None))
+
+
+def _apply(job: ApplyJob | BuildJob, mod):
+    """The scheduled module, or the Failed that says why the script does not give one."""
+    from dragon_dsl.errors import DragonError, DslSyntaxError
+
+    from ..apply import apply
+
+    try:
+        return apply(job.script, mod, job.target)
+    except DslSyntaxError as exc:
+        return _failure(Status.PARSE_ERROR, "parse", exc)
+    except DragonError as exc:
+        return _failure(Status.APPLY_ERROR, "apply", exc)
+
+
+def build_job(job: BuildJob) -> Built | Failed:
+    import tvm
+
+    from .build import BuildError, build
+
+    start = time.perf_counter()
+    mod = decode_workload(job.workload)
+    _stage("apply")
+    scheduled = _apply(job, mod) if job.script is not None else tvm.ir.load_json(job.module)
+    if isinstance(scheduled, Failed):
+        return scheduled
+    _stage("build")
+    try:
+        artifact = build(scheduled, job.target, job.out_dir)
+    except BuildError as exc:
+        return _failure(Status.BUILD_ERROR, "build", exc)
+    return Built(artifact, time.perf_counter() - start)
+
+
+def apply_job(job: ApplyJob) -> Applied | Failed:
+    _stage("apply")
+    scheduled = _apply(job, decode_workload(job.workload))
+    return scheduled if isinstance(scheduled, Failed) else Applied(scheduled.script())
+
+
+_REFERENCES: dict[tuple[str, int], Any] = {}
+
+
+def _reference(workload: WorkloadData, seed: int):
+    """Inputs and the unscheduled kernel's outputs, built for the CPU and kept per workload."""
+    import numpy as np
+    import tvm
+
+    from .verify import make_inputs, params_of
+
+    key = (workload.ir, seed)
+    if key not in _REFERENCES:
+        _REFERENCES.clear()
+        mod = decode_workload(workload)
+        params = params_of(mod)
+        arrays = make_inputs(params, seed)
+        lib = tvm.compile(mod, target=tvm.target.Target({"kind": "llvm"}))
+        dev = tvm.cpu()
+        tensors = [tvm.runtime.tensor(a, dev) for a in arrays]
+        lib["main"](*tensors)
+        outputs = [t.numpy() for t, p in zip(tensors, params, strict=True) if p.output]
+        _REFERENCES[key] = (params, arrays, [np.array(o) for o in outputs])
+    return _REFERENCES[key]
+
+
+def reference_job(job: ReferenceJob) -> Ready:
+    _stage("reference")
+    params, _, outputs = _reference(job.workload, job.config.seed)
+    return Ready(len(params), len(outputs))
+
+
+def run_job(job: RunJob) -> Outcome:
+    import tvm
+
+    from ..targets import tvm_message
+    from .devices import from_spec
+    from .timing import median_and_spread, time_kernel
+    from .verify import compare
+
+    config = job.config
+    _stage("reference")
+    params, inputs, references = _reference(job.workload, config.seed)
+    device = from_spec(job.device)
+    _stage("load")
+    try:
+        rt_mod, dev = device.load(job.artifact)
+        tensors = [tvm.runtime.tensor(a, dev) for a in inputs]
+    except Exception as exc:  # noqa: BLE001  a corrupt or unloadable library
+        return Outcome(Status.RUNTIME_ERROR, "load",
+                       f"cannot load the built kernel: {tvm_message(exc)}")
+    _stage("verify")
+    try:
+        entry = rt_mod.entry_name if getattr(rt_mod, "entry_name", "") else "main"
+        rt_mod[entry](*tensors)
+        dev.sync()
+    except Exception as exc:  # noqa: BLE001  a kernel that faults reports through TVM
+        return Outcome(Status.RUNTIME_ERROR, "verify", tvm_message(exc))
+    outputs = [t.numpy() for t, p in zip(tensors, params, strict=True) if p.output]
+    result = compare(outputs, references)
+    fields = {"max_abs_error": result.max_abs_error, "max_rel_error": result.max_rel_error,
+              "unwritten": result.unwritten}
+    if not result.ok:
+        return Outcome(Status.INCORRECT, "verify", result.message, **fields)
+    _stage("time")
+    arg_sets, preproc = device.timing_args(tensors, inputs, config)
+    times = time_kernel(rt_mod, dev, arg_sets, config, preproc)
+    median, spread = median_and_spread(times)
+    return Outcome(Status.CORRECT, "time", latency_s=median, spread_s=spread, repeats=times,
+                   **fields)
+
+
+def describe_job(job: DescribeJob) -> DeviceInfo:
+    from .devices import from_spec
+
+    return from_spec(job.device).describe()
+
+
+JOBS = {ApplyJob: apply_job, BuildJob: build_job, ReferenceJob: reference_job, RunJob: run_job,
+        DescribeJob: describe_job, PingJob: lambda job: Pong(os.getpid())}
+
+
+def serve(reader: Connection, writer: Connection) -> None:
+    global _send
+
+    def send(message: Message) -> None:
+        writer.send_bytes(encode(message))
+
+    _send = send
+    while True:
+        try:
+            raw = reader.recv_bytes()
+        except EOFError:
+            return
+        if raw == b"exit":
+            return
+        try:
+            job = decode(raw)
+            send(JOBS[type(job)](job))
+        except Exception as exc:  # noqa: BLE001  reported to the parent, the worker lives on
+            import traceback
+
+            send(Error(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"))
+
+
+def _exit_with_parent() -> None:
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+if __name__ == "__main__":
+    _exit_with_parent()
+    serve(Connection(int(sys.argv[1]), writable=False), Connection(int(sys.argv[2]),
+                                                                   readable=False))

@@ -1,0 +1,24 @@
+"""Search: MetaSchedule's design spaces and traces sampled from them, and the baseline
+schedules (unscheduled, DLight's rules, MetaSchedule's tuned best) scripts are compared with.
+
+- ``space.py``: ``SearchSpace``, ``sample_traces`` (every trace in the project comes from here);
+- ``baselines.py``: ``unscheduled``, ``rule_based``, ``metaschedule_best`` and ``baselines``
+  (all three by name; reach it as ``codegen.search.baselines.baselines``).
+
+May import ``dragon_dsl``, ``codegen.targets``, ``codegen.workloads`` and
+``codegen.measure.config``; never ``training``.
+"""
+
+from .baselines import BaselineUnavailable, BestResult, metaschedule_best, rule_based, unscheduled
+from .space import SearchSpace, sample_traces, search_space
+
+__all__ = [
+    "BaselineUnavailable",
+    "BestResult",
+    "SearchSpace",
+    "metaschedule_best",
+    "rule_based",
+    "sample_traces",
+    "search_space",
+    "unscheduled",
+]

@@ -1,0 +1,99 @@
+"""What every ``dragon`` subcommand shares: the exit codes, ``UsageError``, reading a source,
+and command-line flags made from a config dataclass's fields (as TRL's parser makes them), so
+that a default and its help text live in the dataclass and nowhere else.
+
+>>> import argparse
+>>> from dataclasses import dataclass, field
+>>> @dataclass(frozen=True)
+... class Config:
+...     repeat: int = field(default=9, metadata={"help": "Timed repeats."})
+>>> parser = argparse.ArgumentParser()
+>>> add_config_arguments(parser, Config)
+>>> config_from_args(Config, parser.parse_args(["--repeat", "3"]))
+Config(repeat=3)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .errors import DragonError
+
+__all__ = ["ExitCode", "UsageError", "add_config_arguments", "config_from_args", "read_source"]
+
+T = TypeVar("T")
+
+
+class ExitCode(IntEnum):
+    """The exit codes of every ``dragon`` subcommand."""
+
+    OK = 0           # success: clean, formatted, applied, at least one correct result
+    FINDINGS = 1     # the input was read but fails: check findings, unformatted files, a script
+                     # that does not apply, no correct kernel, no sample that parses
+    USAGE = 2        # bad arguments or unreadable input; nothing was done
+    INTERRUPTED = 130
+
+
+class UsageError(DragonError):
+    """Bad arguments or unreadable input: ``dragon`` prints ``dragon: MESSAGE`` and exits 2.
+    Subcommands added through ``dragon.commands`` raise it too."""
+
+
+def read_source(path: str) -> str:
+    """A file's text, or standard input for ``-``; UsageError when it cannot be read."""
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, config: type, *,
+                         only: tuple[str, ...] | None = None,
+                         aliases: dict[str, tuple[str, ...]] | None = None) -> None:
+    """Add ``--field-name`` for each field of the dataclass ``config`` (those in ``only``, when
+    given), with the field's ``help`` metadata, type and default.  ``aliases`` adds more flags
+    for a field (``{"n": ("-n",)}``)."""
+    hints = typing.get_type_hints(config)
+    for f in dataclasses.fields(config):
+        if only is not None and f.name not in only:
+            continue
+        default = f.default if f.default is not dataclasses.MISSING else None
+        kind = _scalar(hints[f.name])
+        names = [f"--{f.name.replace('_', '-')}", *(aliases or {}).get(f.name, ())]
+        help_text = f.metadata.get("help", "")
+        options: dict[str, Any] = {"dest": f.name, "default": default,
+                                   "help": f"{help_text} (default: {default})"}
+        if kind is bool:
+            options["action"] = argparse.BooleanOptionalAction
+        else:
+            options["type"] = kind
+            options["metavar"] = f.name.upper()
+        if "choices" in f.metadata:
+            options["choices"] = f.metadata["choices"]
+        parser.add_argument(*names, **options)
+
+
+def config_from_args(config: type[T], args: argparse.Namespace, **overrides: Any) -> T:
+    """The config dataclass from parsed flags (fields without a flag keep their default); a
+    value the config refuses is a UsageError."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(config)  # type: ignore[arg-type]
+              if hasattr(args, f.name)}
+    try:
+        return config(**{**values, **overrides})
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _scalar(hint: Any) -> type:
+    """``int`` for ``int`` and ``int | None``; the one type a flag's text converts to."""
+    options = [t for t in (typing.get_args(hint) or (hint,)) if t is not type(None)]
+    kind = options[0] if len(options) == 1 else str
+    return kind if kind in (bool, int, float, str) else str

@@ -1,0 +1,102 @@
+"""``dragon sample``: scripts for a workload from a local model, under the grammar.
+
+    dragon sample --model runs/tiny --workload 'matmul(m=512,n=512,k=512)' -n 8
+    dragon sample --model runs/tiny --workload SPEC --refine old.dragon --check
+
+By default every token is constrained by the grammar narrowed to the workload
+(``training.constraints``); ``--plain-grammar`` uses the language's grammar alone and
+``--no-constraints`` samples freely.  ``--check`` builds, verifies and times every sample
+(``training.propose``) and prints JSON.  Exit codes (``ExitCode``): 0 ok, 1 no sample parsed
+(or, with --check, none was correct), 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import json
+
+from dragon_dsl.cli_kit import (
+    ExitCode,
+    UsageError,
+    add_config_arguments,
+    config_from_args,
+    read_source,
+)
+
+from ..sampling.config import SamplingConfig
+
+__all__ = ["register"]
+
+# The SamplingConfig fields that are flags; the grammar and the stop marker are not.
+_FLAGS = ("n", "temperature", "top_p", "seed", "max_new_tokens", "batch_size", "wind_down",
+          "backend")
+
+
+def cmd_sample(args) -> int:
+    from codegen.workloads import workload
+
+    from ..propose import ProposeError, measured_latency, propose
+    from ..sampling import load
+
+    try:
+        wl = workload(args.workload)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    old = read_source(args.refine) if args.refine else None
+    config = config_from_args(SamplingConfig, args)
+    grammar = "none" if args.no_constraints else "plain" if args.plain_grammar else "workload"
+    try:
+        model, tokenizer = load(args.model)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot load the model: {exc}") from None
+    evaluator = None
+    if args.check or (old is not None and args.latency_us is None):
+        from codegen.measure import Evaluator
+
+        evaluator = Evaluator(args.target)
+    try:
+        latency = args.latency_us * 1e-6 if args.latency_us is not None else None
+        if old is not None and latency is None:
+            latency = measured_latency(wl, old, evaluator)
+        proposals = propose(model, tokenizer, wl, args.target, config=config, grammar=grammar,
+                            refine=old, latency_s=latency,
+                            evaluator=evaluator if args.check else None)
+    except ProposeError as exc:
+        raise UsageError(f"{args.refine}: {exc}") from None
+    finally:
+        if evaluator is not None:
+            evaluator.close()
+    if args.check or args.json:
+        print(json.dumps({"workload": wl.spec, "target": args.target,
+                          "samples": [p.as_dict() for p in proposals]}, indent=2))
+    else:
+        for i, p in enumerate(proposals):
+            s = p.sample
+            note = "" if s.finish_reason == "end" else f" (cut at {s.n_tokens} tokens)"
+            print(f"# sample {i}{note}\n{s.text.rstrip()}\n")
+    if args.check:
+        return ExitCode.OK if any(p.outcome and p.outcome.ok for p in proposals) \
+            else ExitCode.FINDINGS
+    return ExitCode.OK if any(p.sample.parses for p in proposals) else ExitCode.FINDINGS
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sample", help="sample scripts for a workload from a local model",
+        description="Sample scripts for a workload from a local model directory, every token "
+                    "constrained by the workload's grammar.",
+        epilog="example: dragon sample --model runs/tiny --workload "
+               "'matmul(m=512,n=512,k=512)' -n 8 --check")
+    p.add_argument("--model", required=True, help="a local model directory (with its tokenizer)")
+    p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
+    p.add_argument("--target", default="llvm", help="llvm or cuda (the prompt names it)")
+    p.add_argument("--refine", help="a script to improve (the refinement prompt)")
+    p.add_argument("--latency-us", type=float, help="the refined script's latency; measured "
+                   "when not given")
+    add_config_arguments(p, SamplingConfig, only=_FLAGS, aliases={"n": ("-n",)})
+    p.add_argument("--plain-grammar", action="store_true",
+                   help="constrain by the language's grammar only, not the workload's")
+    p.add_argument("--no-constraints", action="store_true", help="sample without any grammar")
+    p.add_argument("--check", action="store_true",
+                   help="build, verify and time every sample; print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_sample)

@@ -1,0 +1,99 @@
+"""Propose and measure: prompt a model for a kernel, sample scripts under the grammar, and
+measure each one.  ``dragon sample --check`` uses it; evaluation, ``dragon optimize`` and the RL
+reward are built on it.
+
+>>> from training.sampling import SamplingConfig
+>>> proposals = propose(model, tokenizer, workload("matmul(m=64,n=64,k=64)"),   # doctest: +SKIP
+...                     config=SamplingConfig(n=4), evaluator=Evaluator("llvm"))
+>>> [p.outcome.status.value for p in proposals]                               # doctest: +SKIP
+['correct', 'apply_error', 'correct', 'correct']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dragon_dsl.errors import DragonError
+
+from .sampling.config import Sample, SamplingConfig
+
+__all__ = ["GRAMMARS", "Proposal", "ProposeError", "measured_latency", "prompt_for", "propose"]
+
+# How samples are constrained: the workload grammar (its blocks, tile factors, candidate lists),
+# the language's grammar alone, or not at all (a baseline).
+GRAMMARS = ("workload", "plain", "none")
+
+
+class ProposeError(DragonError):
+    """The request cannot be served: for example, the script to refine does not work."""
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """One sampled script and, when an evaluator was given, its measured outcome."""
+
+    sample: Sample
+    outcome: Any = None  # codegen.measure.Outcome
+
+    def as_dict(self) -> dict[str, Any]:
+        row: dict[str, Any] = {"script": self.sample.text,
+                               "finish_reason": self.sample.finish_reason,
+                               "tokens": self.sample.n_tokens, "parses": self.sample.parses}
+        if self.outcome is not None:
+            row["outcome"] = self.outcome.as_dict()
+        return row
+
+
+def prompt_for(workload: Any, target: Any = "llvm", *, refine: str | None = None,
+               latency_s: float | None = None, evaluator: Any = None) -> str:
+    """The construction prompt, or with ``refine`` the refinement prompt.  The script to refine
+    is measured with ``evaluator`` when ``latency_s`` is not given; it must be correct."""
+    from .prompts import construction_prompt, refinement_prompt
+
+    if refine is None:
+        return construction_prompt(workload, target)
+    if latency_s is None:
+        if evaluator is None:
+            raise ProposeError("refining needs the script's latency: pass latency_s= or an "
+                               "evaluator to measure it")
+        latency_s = measured_latency(workload, refine, evaluator)
+    return refinement_prompt(workload, target, refine, latency_s)
+
+
+def measured_latency(workload: Any, script: str, evaluator: Any) -> float:
+    """The script's latency on the evaluator's device; ProposeError unless it is correct."""
+    [measured] = evaluator.evaluate(workload, [script])
+    if not measured.ok:
+        raise ProposeError(f"not a working script for "
+                           f"{getattr(workload, 'spec', 'the workload')}: {measured.summary()}")
+    return float(measured.latency_s)
+
+
+def propose(model, tokenizer, workload: Any, target: Any = "llvm", *,
+            config: SamplingConfig | None = None, grammar: str = "workload",
+            refine: str | None = None, latency_s: float | None = None,
+            evaluator: Any = None) -> list[Proposal]:
+    """Sample ``config.n`` scripts for ``workload`` under ``grammar`` (one of ``GRAMMARS``)
+    and, when ``evaluator`` (a ``codegen.measure.Evaluator``) is given, build, verify and time
+    each one on it."""
+    from dataclasses import replace
+
+    from .sampling import sample
+
+    if grammar not in GRAMMARS:
+        raise ValueError(f"Expected one of {GRAMMARS} but got grammar={grammar!r}")
+    prompt = prompt_for(workload, target, refine=refine, latency_s=latency_s,
+                        evaluator=evaluator)
+    config = config or SamplingConfig()
+    if grammar == "workload":
+        from .constraints import workload_grammar
+
+        config = replace(config, constrained=True, grammar=workload_grammar(workload))
+    else:
+        config = replace(config, constrained=grammar == "plain", grammar=None)
+    samples = sample(model, tokenizer, prompt, config)
+    if evaluator is None:
+        return [Proposal(s) for s in samples]
+    outcomes = evaluator.evaluate(workload, [s.text for s in samples])
+    return [Proposal(s, o) for s, o in zip(samples, outcomes, strict=True)]
