@@ -16,7 +16,7 @@ import lark
 from lark import Token, Transformer, v_args
 
 from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt, Word
-from .errors import DslSyntaxError
+from .errors import DragonError, DslSyntaxError
 from .grammar import grammar_text, option_keys, statement_options
 from .statements import annotation_key
 
@@ -290,8 +290,8 @@ class _ToAst(Transformer):
         return [s for s in stmts if isinstance(s, Stmt)]
 
 
-class _UserError(Exception):
-    pass
+class _UserError(DragonError):
+    """Raised inside the transformer; ``parse`` turns it into a located DslSyntaxError."""
 
 
 def _statement(op: str, children: list, meta) -> Stmt:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .ast import Imm, IndexMapValue, Ref, Word
+from .errors import DragonError
 
 __all__ = ["PLAIN_ANNOTATION_KEYS", "SPECS", "SPECS_BY_KIND", "Codec", "NoFit", "Spec",
            "annotation_key"]
@@ -35,8 +36,9 @@ def annotation_key(bare: str) -> str:
     return bare if bare in PLAIN_ANNOTATION_KEYS else "meta_schedule." + bare
 
 
-class NoFit(Exception):
-    """A value is not of the one type a codec converts (the general form must be used)."""
+class NoFit(DragonError):
+    """A value is not of the one type a codec converts (the general form must be used).  An
+    internal signal of the encoder: it never reaches a caller."""
 
 
 @dataclass(frozen=True)
