@@ -7,7 +7,14 @@
 
 from .api import Diagnostic, check, format, from_trace, to_schedule, to_trace
 from .ast import Program, Stmt
-from .errors import DragonError, DslSemanticError, DslSyntaxError, TraceError, UnsupportedError
+from .errors import (
+    DragonError,
+    DslSemanticError,
+    DslSyntaxError,
+    GrammarError,
+    TraceError,
+    UnsupportedError,
+)
 from .parser import parse
 from .tvm_bridge import trace_json
 
@@ -16,6 +23,7 @@ __all__ = [
     "DragonError",
     "DslSemanticError",
     "DslSyntaxError",
+    "GrammarError",
     "Program",
     "Stmt",
     "TraceError",

@@ -11,6 +11,7 @@ __all__ = [
     "DragonError",
     "DslSemanticError",
     "DslSyntaxError",
+    "GrammarError",
     "TraceError",
     "UnsupportedError",
 ]
@@ -84,3 +85,15 @@ class UnsupportedError(DragonError):
 
 class TraceError(DragonError):
     """A trace, or trace JSON, is malformed (or TVM rejected building it)."""
+
+
+class GrammarError(DragonError):
+    """``grammar/dragon.lark`` cannot be read, or lacks (or has in another shape) a rule, terminal,
+    directive or alternative that a tool derives from it.  ``rule`` names it; ``expected`` says
+    what the tool expected, when it expected a shape."""
+
+    def __init__(self, message: str, *, rule: str | None = None,
+                 expected: str | None = None) -> None:
+        self.rule = rule
+        self.expected = expected
+        super().__init__(message)

@@ -15,6 +15,10 @@ Like ``sampling_grammar`` (which it starts from) it has no name ranges.  The res
 llguidance Lark (it is compiled in milliseconds per workload), not for the Lark
 parser: samples are still parsed with the one grammar.  Every MetaSchedule-sampled script of
 the workload stays accepted (tested), so the constraints remove only what cannot apply.
+
+Both grammars are derived from ``grammar/dragon.lark`` rule by rule, by name
+(``dragon_dsl.grammar.Grammar``): re-spacing, comments or reordered alternatives change
+nothing, and a rule that is gone or changed shape raises ``GrammarError`` naming it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from dragon_dsl.grammar import grammar_text, reserved_words
+from dragon_dsl.grammar import Grammar
 from dragon_dsl.statements import SPECS
 
 __all__ = ["CATEGORICAL_LISTS", "MAX_FACTORS", "expand_ranges", "kernel_loops", "sampling_grammar",
@@ -102,7 +106,8 @@ def sampling_grammar(text: str | None = None) -> str:
     """The grammar a sampler constrains by: the language's, without name ranges or comments, with
     keywords kept out of names and apart from what follows them, and with numbers the parser
     takes.  Every script it admits parses; every canonical script, with its ranges written out
-    (``expand_ranges``), is admitted.
+    (``expand_ranges``), is admitted.  ``text``: a version of ``grammar/dragon.lark`` to derive
+    from instead of the shipped one.
 
     - ``l3..l6`` is a range only when both ends share a prefix and the first number is smaller,
       which no context-free grammar can say; a sampler that wrote ``l6..b2`` would produce text
@@ -116,31 +121,53 @@ def sampling_grammar(text: str | None = None) -> str:
     - Results: a statement that gives one result binds one name (``block "C" -> C``), and a
       tile or split binds one name per factor (up to ``MAX_FACTORS``), as decoding requires;
       ``postproc auto`` comes last.
+
+    Every edit names the rule it makes; a rule that is missing or not in the shape the edit
+    expects raises ``dragon_dsl.GrammarError`` naming it.
+
+    >>> Grammar.parse(sampling_grammar()).alternatives("_out")
+    ['name']
     """
-    return _apart(_bound_results(_sampling_rules(text)))
+    g = _sampling_rules(text)
+    _bound_results(g)
+    _apart(g)
+    return str(g)
 
 
-def _sampling_rules(text: str | None) -> str:
+_USER = "training.constraints"
+_POSTPROC = '"postproc" (_AUTO postproc_set)?'
+
+
+def _sampling_rules(text: str | None) -> Grammar:
     """The rule edits ``sampling_grammar``'s first four points describe (``_bound_results`` and
-    ``_apart`` make the rest, after ``workload_grammar``'s edits)."""
-    text = grammar_text() if text is None else text
-    text = _replace(text, "%ignore COMMENT\n", "")
+    ``_apart`` make the rest; ``workload_grammar`` narrows rules between those two)."""
+    g = Grammar.load(user=_USER) if text is None else Grammar.parse(text, user=_USER)
+    g.remove_directive("%ignore COMMENT", "sampling grammar: comments are never sampled")
     # Lark lexes a keyword as the keyword, never as a name; llguidance would take either.
-    words = " | ".join(_literal(w) for w in sorted(reserved_words()))
-    text = _replace(text, "NAME: /[A-Za-z_][A-Za-z0-9_]*/",
-                    f"NAME: /[A-Za-z_][A-Za-z0-9_]*/ & ~({words})")
-    text = _replace(text, "_out: name | name_range", "_out: name")
-    text = _replace(text, "_name_item: name | name_range", "_name_item: name")
-    text = _replace(text, "?factor: name | name_range | INT | NONE", "?factor: name | INT | NONE")
-    text = _replace(text, _NUMBER_RULE, f"NUMBER: /{_SAMPLED_NUMBER}/")
+    why = "sampling grammar: keywords are not names"
+    words = " | ".join(_literal(w) for w in sorted(g.words()))
+    name = g.body("NAME", why)
+    name = name if len(g.alternatives("NAME")) == 1 else f"({name})"
+    g.replace("NAME", f"{name} & ~({words})")
+    for rule in ("_out", "_name_item", "factor"):
+        g.drop_alternatives(rule, ["name_range"], "sampling grammar: names without ranges")
+    why = "sampling grammar: numbers that fit their dtype"
+    if g.body("NUMBER", why) != _NUMBER_RULE:
+        raise g.mismatch("NUMBER", f"{_NUMBER_RULE}, the numbers _SAMPLED_NUMBER narrows", why)
+    g.replace("NUMBER", f"/{_SAMPLED_NUMBER}/")
     # Nothing but blank lines may follow `postproc auto SET`.
-    text = _replace(text, "start: _LEADING? (_stmt? _NL)*",
-                    "start: _LEADING? (_stmt? _NL)* (s_postproc_auto _NL+)?")
-    return _replace(text, 's_postproc: "postproc" (_AUTO postproc_set)?',
-                    's_postproc: "postproc"\ns_postproc_auto: "postproc" _AUTO postproc_set')
+    why = "sampling grammar: `postproc auto` comes last"
+    if len(g.alternatives("start", why)) != 1:
+        raise g.mismatch("start", "one alternative", why)
+    g.replace("start", f"{g.body('start')} (s_postproc_auto _NL+)?")
+    if g.body("s_postproc", why) != _POSTPROC:
+        raise g.mismatch("s_postproc", _POSTPROC, why)
+    g.replace("s_postproc", '"postproc"')
+    g.add("s_postproc_auto", '"postproc" _AUTO postproc_set', after="s_postproc")
+    return g
 
 
-_NUMBER_RULE = ("NUMBER: /-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?(i8|i16|i32|i64|u8|u16|u32|u64|"
+_NUMBER_RULE = ("/-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?(i8|i16|i32|i64|u8|u16|u32|u64|"
                 "f16|f32|f64|b)|-?[0-9]+\\.[0-9]+([eE][-+]?[0-9]+)?|-?[0-9]+[eE][-+]?[0-9]+/")
 # Digit counts keep each literal inside its dtype: at most 99 for int8, 9999 for int16, ...;
 # float16 takes no positive exponent (65504 is its largest value), float32 at most 1e6 x 1e29.
@@ -154,33 +181,55 @@ _SAMPLED_NUMBER = "|".join([
     "-?[0-9]{1,15}[eE][-+]?[0-9]{1,2}",
 ])
 MAX_FACTORS = 8
-_LISTED = re.compile(r'^(s_[a-z_]+): ("[a-z_]+") name (int_list|factor_list) (.*?)_outs'
-                     r'( tile_factors\?)?$', re.M)
+# The statements that bind one name per factor, and the shape their rules have: keyword, loop,
+# list, options, results, and (tiles) the optional `factors` clause.
+_COUNTED = ("s_tile", "s_partitioned_tile", "s_sample_tile", "s_sample_partitioned_tile",
+            "s_split", "s_loop_partition")
+_LISTED = re.compile(r'("[a-z_]+") name (int_list|factor_list)((?: \S+)*?) _outs'
+                     r'( tile_factors\?)?')
+_LISTED_SHAPE = '`"keyword" name LIST OPTIONS _outs [tile_factors?]`, LIST int_list or factor_list'
 
 
-def _bound_results(text: str, tile_targets: dict[int, str] | None = None) -> str:
+def _bound_results(g: Grammar, tile_targets: dict[int, str] | None = None) -> None:
     """Statements giving one result bind one name; tiles and splits one name per factor.
     ``tile_targets`` (k -> what may stand for a loop and its k factors) narrows `tile`."""
-    one = [op for op, spec in SPECS.items() if spec.outputs == "one"]
-    text, n = re.subn(rf'^(s_(?:{"|".join(one)})): (.*) _outs$', r'\1: \2 "->" name', text,
-                      flags=re.M)
-    if n < 10:
-        raise RuntimeError("grammar/dragon.lark no longer ends single-result statements with "
-                           "`_outs`; update training.constraints._bound_results")
+    why = "sampling grammar: a statement with one result binds one name"
+    for op, spec in SPECS.items():
+        rule = f"s_{op}"
+        if spec.outputs == "one":
+            body = g.body(rule, why)
+            if len(g.alternatives(rule)) != 1 or not body.endswith(" _outs"):
+                raise g.mismatch(rule, "one alternative ending with `_outs`", why)
+            g.replace(rule, f'{body.removesuffix("_outs")} "->" name')
 
-    def counted(m: re.Match) -> str:
-        rule, keyword, kind, options, factors = m.groups()
-        item = "INT" if kind == "int_list" else "factor"
+    why = "sampling grammar: a tile or split binds one name per factor"
+    for rule in _COUNTED:
+        m = _LISTED.fullmatch(g.body(rule, why))
+        if m is None:
+            raise g.mismatch(rule, _LISTED_SHAPE, why)
+        keyword, kind, options, factors = m.groups()
+        item = _list_item(g, kind, why)
         targets = {k: _listing(item, k, 'name "[" ', ' "]"') for k in range(1, MAX_FACTORS + 1)}
         if rule == "s_tile" and tile_targets is not None:
             targets = tile_targets
-        return _counted_rule(rule, keyword, targets, options.strip(), bool(factors))
+        tail = _factors_keyword(g, why) if factors else None
+        _counted_rule(g, rule, keyword, targets, options.strip(), tail)
 
-    text, n = _LISTED.subn(counted, text)
-    if n != 6:
-        raise RuntimeError("grammar/dragon.lark's tile and split rules changed; update "
-                           "training.constraints._bound_results")
-    return text
+
+def _list_item(g: Grammar, rule: str, why: str) -> str:
+    """``INT`` for ``int_list: "[" [INT ("," INT)*] "]"``: what one factor is."""
+    m = re.fullmatch(r'"\[" \[(\w+) \("," \1\)\*\] "\]"', g.body(rule, why))
+    if m is None:
+        raise g.mismatch(rule, '`"[" [ITEM ("," ITEM)*] "]"`', why)
+    return m.group(1)
+
+
+def _factors_keyword(g: Grammar, why: str) -> str:
+    """The keyword of ``tile_factors: "factors" outs``, as the spaced terminal of ``_apart``."""
+    m = re.fullmatch(r'"([a-z_]+)" outs', g.body("tile_factors", why))
+    if m is None:
+        raise g.mismatch("tile_factors", '`"factors" outs`', why)
+    return _spaced(g, m.group(1))
 
 
 def _listing(item: str, k: int, before: str = "", after: str = "") -> str:
@@ -188,43 +237,54 @@ def _listing(item: str, k: int, before: str = "", after: str = "") -> str:
     return before + ' "," '.join([item] * k) + after
 
 
-def _counted_rule(rule: str, keyword: str, targets: dict[int, str], options: str,
-                  factors: bool) -> str:
+def _counted_rule(g: Grammar, rule: str, keyword: str, targets: dict[int, str], options: str,
+                  factors: str | None) -> None:
     """``rule``: ``keyword``, then for some k a target of k factors, ``options``, k names and
-    (with ``factors``) an optional ``factors`` clause of k names."""
-    lines = [f"{rule}: {keyword} ({' | '.join(f'{rule}_{k}' for k in sorted(targets))})"]
+    (with a ``factors`` keyword) an optional clause of it and k names."""
+    g.replace(rule, f"{keyword} ({' | '.join(f'{rule}_{k}' for k in sorted(targets))})")
+    after = rule
     for k, target in sorted(targets.items()):
-        tail = f' ("factors" {_listing("name", k)})?' if factors else ""
-        lines.append(f'{rule}_{k}: {target} {options} "->" {_listing("name", k)}{tail}'
-                     .replace("  ", " "))
-    return "\n".join(lines)
+        tail = f" ({factors} {_listing('name', k)})?" if factors else ""
+        g.add(f"{rule}_{k}", f'{target} {options} "->" {_listing("name", k)}{tail}', after=after)
+        after = f"{rule}_{k}"
 
 
-_HEAD = re.compile(r'^(s_[a-z_]+): "([a-z_]+)" (?!\|)', re.M)
+_KEYWORD = re.compile(r'"([a-z_]+)" (?!\|)(.*)')
 
 
-def _apart(text: str) -> str:
+def _apart(g: Grammar) -> None:
     """Keywords that a name, a number or another keyword may follow take a space or tab with
     them (``parallel l0``, ``read 0``, ``factors v0``, ``postproc auto llvm``); options that may
     follow a bool take one before them (``preserve_unit_iters=true disable_predication=true``)."""
-    terminals = {}
+    why = "sampling grammar: keywords apart from what follows them"
+    # A statement's keyword, when something follows it on the line (not `postproc` alone).
+    for rule in [*g.alternatives("_stmt", why), "s_postproc_auto"]:
+        m = _KEYWORD.fullmatch(g.body(rule, why))
+        if m:
+            g.replace(rule, f"{_spaced(g, m.group(1))} {m.group(2)}")
+    for terminal in ("_AUTO", "READ", "WRITE"):
+        m = re.fullmatch(r'"([a-z_]+)"', g.body(terminal, why))
+        if m is None:
+            raise g.mismatch(terminal, 'one keyword, `"auto"` or the like', why)
+        g.replace(terminal, f"/{m.group(1)}[ \\t]/")
+    for option in ("opt_predication", "opt_index"):
+        m = _KEYWORD.fullmatch(g.body(option, why))
+        if m is None:
+            raise g.mismatch(option, 'a keyword first, `"index" "=" INT` or the like', why)
+        g.replace(option, f"{_spaced(g, m.group(1), before=True)} {m.group(2)}")
 
-    def spaced(word: str, *, before: bool = False) -> str:
-        name = f"KW_{word.upper()}"
-        terminals[name] = f"/[ \\t]{word}/" if before else f"/{word}[ \\t]/"
-        return name
 
-    text = _replace(text, 's_postproc_auto: "postproc" _AUTO',
-                    f's_postproc_auto: {spaced("postproc")} _AUTO')
-    text = _HEAD.sub(lambda m: f"{m.group(1)}: {spaced(m.group(2))} ", text)
-    text = _replace(text, '_AUTO: "auto"', "_AUTO: /auto[ \\t]/")
-    text = _replace(text, 'READ: "read"', "READ: /read[ \\t]/")
-    text = _replace(text, 'WRITE: "write"', "WRITE: /write[ \\t]/")
-    text = text.replace('("factors" ', f'({spaced("factors")} ')
-    text = _replace(text, 'opt_predication: "disable_predication"',
-                    f'opt_predication: {spaced("disable_predication", before=True)}')
-    text = _replace(text, 'opt_index: "index"', f'opt_index: {spaced("index", before=True)}')
-    return text + "\n" + "\n".join(f"{k}: {v}" for k, v in terminals.items()) + "\n"
+def _spaced(g: Grammar, word: str, *, before: bool = False) -> str:
+    """The terminal for ``word`` with a space or tab after it (``before``: ahead of it), added
+    to ``g`` on first use."""
+    name = f"KW_{word.upper()}"
+    if name not in g:
+        g.add(name, f"/[ \\t]{word}/" if before else f"/{word}[ \\t]/")
+    return name
+
+
+_BLOCK = '"block" STRING opt_func? "->" name'
+_CATEGORICAL = '"sample_categorical" int_list INT opt_probs? "->" name'
 
 
 def workload_grammar(workload: Any) -> str:
@@ -235,14 +295,8 @@ def workload_grammar(workload: Any) -> str:
     True
     """
     blocks, loops = kernel_loops(workload)
-    text = _sampling_rules(None)
+    g = _sampling_rules(None)
     extra: dict[str, str] = {}
-
-    names = [*dict.fromkeys([*blocks, "root"])]
-    block_alts = " | ".join(f"{_literal(chr(34) + b + chr(34))} {_literal('->')} {_literal(b)}"
-                            for b in names)
-    text = _replace(text, 's_block: "block" STRING opt_func? _outs',
-                    f's_block: "block" wl_block\nwl_block: {block_alts}')
 
     by_length: dict[int, list[str]] = {k: [] for k in range(1, MAX_FACTORS + 1)}
     for loop, extents in sorted(loops.items()):
@@ -254,24 +308,31 @@ def workload_grammar(workload: Any) -> str:
     tile_targets = {k: "(" + " | ".join([*alts, _listing("INT", k, 'DERIVED "[" ', ' "]"')])
                     + ")" for k, alts in by_length.items()}
     extra["DERIVED"] = "/[lbv][0-9]+/"
+    _bound_results(g, tile_targets)
 
+    # The block statement's results are bound by now: `block "C" -> C`, named as the encoder
+    # names it (the one function needs no `func=`).
+    why = "workload grammar: the kernel's blocks"
+    if g.body("s_block", why) != _BLOCK:
+        raise g.mismatch("s_block", f"{_BLOCK} (`_outs` bound to one name)", why)
+    names = [*dict.fromkeys([*blocks, "root"])]
+    g.replace("s_block", '"block" wl_block')
+    g.add("wl_block", " | ".join(f"{_literal(chr(34) + b + chr(34))} {_literal('->')} "
+                                 f"{_literal(b)}" for b in names), after="s_block")
+
+    why = "workload grammar: MetaSchedule's categorical lists"
+    if g.body("s_sample_categorical", why) != _CATEGORICAL:
+        raise g.mismatch("s_sample_categorical", f"{_CATEGORICAL} (`_outs` bound to one name)",
+                         why)
     choices = []
     for values in CATEGORICAL_LISTS:
         items = ' "," '.join(_literal(str(v)) for v in values)
         indices = " | ".join(_literal(str(i)) for i in range(len(values)))
         choices.append(f'"[" {items} "]" ({indices})')
-    categorical = " | ".join(choices)
-    text = _replace(text, 's_sample_categorical: "sample_categorical" int_list INT opt_probs? '
-                          '_outs',
-                    f's_sample_categorical: "sample_categorical" wl_categorical opt_probs? _outs'
-                    f'\nwl_categorical: {categorical}')
-    text = _apart(_bound_results(text, tile_targets))
-    return text + "\n// ---- workload-specific ----\n" + "\n".join(
-        f"{name}: {body}" for name, body in extra.items()) + "\n"
+    g.replace("s_sample_categorical", _CATEGORICAL.replace("int_list INT", "wl_categorical"))
+    g.add("wl_categorical", " | ".join(choices), after="s_sample_categorical")
 
-
-def _replace(text: str, old: str, new: str) -> str:
-    if old not in text:
-        raise RuntimeError(f"grammar/dragon.lark no longer has the rule {old!r}; update "
-                           "training/constraints.py with it")
-    return text.replace(old, new, 1)
+    _apart(g)
+    for name, body in extra.items():
+        g.add(name, body)
+    return str(g)
