@@ -11,8 +11,8 @@ from codegen.measure.build import Artifact
 from codegen.measure.protocol import (
     Applied,
     ApplyJob,
-    Built,
     BuildJob,
+    Built,
     DescribeJob,
     DeviceInfo,
     DeviceRef,
