@@ -12,13 +12,14 @@ from typing import Any
 
 from dragon_dsl.tvm_support import (
     TARGETS,
+    TargetError,
     as_module,
     as_target,
     import_tensor_intrinsics,
     tvm_message,
 )
 
-__all__ = ["RULE_SETS", "TARGETS", "as_module", "as_target", "default_rules",
+__all__ = ["RULE_SETS", "TARGETS", "TargetError", "as_module", "as_target", "default_rules",
            "import_tensor_intrinsics", "postproc_set", "schedule_rules", "target_dict",
            "tvm_message"]
 

@@ -74,15 +74,34 @@ class Cache:
         return db
 
     def get(self, key: str) -> Outcome | None:
+        """The outcome stored under ``key``, or None.  A row that does not hold a complete
+        outcome (edited, truncated, from an older layout) is a miss, overwritten by the next
+        put: a correct outcome always has its latency."""
         row = self.db.execute("SELECT outcome FROM outcomes WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
-        try:
-            data = Outcome.from_json(row[0]).as_dict()
-        except (ValueError, KeyError, TypeError):
-            return None  # an unreadable row is a miss; it is overwritten by the next put
-        data["cached"] = True
-        return Outcome.from_dict(data)
+        return _outcome(row[0])
+
+    def query(self, *, workload: str | None = None, target: str | None = None,
+              device: str | None = None, status: str | None = None) -> list[dict]:
+        """Stored rows matching every given field (``workload`` is the identity, ``status``
+        an outcome status such as "correct"), newest first: dicts with the row's columns and
+        its ``Outcome`` under "outcome"; unreadable rows are left out."""
+        where = [(c, v) for c, v in (("workload", workload), ("target", target),
+                                     ("device", device)) if v is not None]
+        sql = "SELECT key, workload, script, target, device, settings, outcome, created " \
+              "FROM outcomes"
+        if where:
+            sql += " WHERE " + " AND ".join(f"{c} = ?" for c, _ in where)
+        rows = []
+        for values in self.db.execute(sql + " ORDER BY created DESC", [v for _, v in where]):
+            row = dict(zip(("key", "workload", "script", "target", "device", "settings",
+                            "outcome", "created"), values, strict=True))
+            row["outcome"] = _outcome(row["outcome"])
+            if row["outcome"] is not None and (status is None
+                                               or row["outcome"].status.value == status):
+                rows.append(row)
+        return rows
 
     def put(self, key: str, outcome: Outcome, *, workload: str = "", script: str = "",
             target: str = "", device: str = "", settings: str = "") -> None:
@@ -96,3 +115,12 @@ class Cache:
 
     def close(self) -> None:
         self.db.close()
+
+
+def _outcome(text: str) -> Outcome | None:
+    try:
+        data = Outcome.from_json(text).as_dict()
+        data["cached"] = True
+        return Outcome.from_dict(data)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None

@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 
 __all__ = ["MeasureConfig"]
 
+_RANGES = {"repeat": "at least one timed repeat", "min_repeat_ms": "a non-negative min_repeat_ms",
+           "warmup": "a non-negative warmup", "build_timeout_s": "a positive build_timeout_s",
+           "run_timeout_s": "a positive run_timeout_s",
+           "reference_timeout_s": "a positive reference_timeout_s",
+           "memory_limit_mb": "a memory_limit_mb of at least 64 (MiB)"}
+
 
 @dataclass(frozen=True)
 class MeasureConfig:
@@ -37,6 +43,16 @@ class MeasureConfig:
     flush_l2: bool = field(default=True, metadata={
         "help": "CUDA: flush L2 between repeats (or rotate input copies) so repeated runs "
                 "are not flattered by a warm cache."})
+
+    def __post_init__(self) -> None:
+        checks = [("repeat", self.repeat >= 1), ("min_repeat_ms", self.min_repeat_ms >= 0),
+                  ("warmup", self.warmup >= 0), ("build_timeout_s", self.build_timeout_s > 0),
+                  ("run_timeout_s", self.run_timeout_s > 0),
+                  ("reference_timeout_s", self.reference_timeout_s > 0),
+                  ("memory_limit_mb", self.memory_limit_mb >= 64)]
+        for name, ok in checks:
+            if not ok:
+                raise ValueError(f"Expected {_RANGES[name]} but got {name}={getattr(self, name)!r}")
 
     def fingerprint(self) -> str:
         """What changes a measurement (timeouts and limits do not); part of the cache key."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..targets import as_target
+from ..targets import TargetError, as_target
 from .build import Artifact
 from .config import MeasureConfig
 from .protocol import DeviceInfo, DeviceRef
@@ -29,6 +29,10 @@ __all__ = ["Device", "LocalCPU", "LocalCUDA", "RPCDevice", "create", "from_spec"
 class Device:
     """The runner side of measurement.  Parent-side methods start and name the measuring worker;
     worker-side methods (``describe``, ``load``, ``timing_args``) run inside it."""
+
+    # Verification runs with guard regions around every argument (``guards.py``): the device's
+    # memory must be addressable from the measuring process.
+    guards = True
 
     def __init__(self, spec: DeviceRef) -> None:
         self.spec = spec
@@ -42,6 +46,14 @@ class Device:
     def worker_cpus(self) -> list[int] | None:
         """Cores the measuring worker is pinned to (None: not pinned)."""
         return None
+
+    @property
+    def lock_name(self) -> str:
+        """The cross-process lock measurements on this device take ("" for none)."""
+        return ""
+
+    # Whether builds on this machine run on the cores this device measures on.
+    builds_contend = False
 
     def known_info(self) -> DeviceInfo | None:
         """The device's name when it is known without asking the measuring worker."""
@@ -63,9 +75,17 @@ class Device:
 
 
 class LocalCPU(Device):
+    builds_contend = True
+
     def __init__(self, spec: DeviceRef, cores: int) -> None:
         super().__init__(spec)
         self.cores = cores
+
+    @property
+    def lock_name(self) -> str:
+        # One lock for the machine's CPUs, whatever num-cores each process measures with:
+        # pinned to overlapping cores, two measurements would contend.
+        return "cpu"
 
     def worker_env(self) -> dict[str, str]:
         return {"TVM_NUM_THREADS": str(self.cores)}
@@ -92,6 +112,10 @@ class LocalCPU(Device):
 
 
 class LocalCUDA(Device):
+    @property
+    def lock_name(self) -> str:
+        return "cuda:0"
+
     def describe(self) -> DeviceInfo:
         import tvm
 
@@ -119,7 +143,10 @@ class LocalCUDA(Device):
 
 
 class RPCDevice(Device):
-    """A device behind an RPC tracker or server; artifacts are uploaded and loaded there."""
+    """A device behind an RPC tracker or server; artifacts are uploaded and loaded there.
+    Its memory is remote, so verification there runs without guard regions."""
+
+    guards = False
 
     def __init__(self, spec: DeviceRef) -> None:
         super().__init__(spec)
@@ -167,9 +194,13 @@ def create(target: Any, rpc: dict[str, Any] | None = None) -> Device:
     if kind == "cuda":
         return LocalCUDA(DeviceRef("cuda", kind))
     if kind == "llvm":
-        cores = int(tgt.export().get("num-cores", 0) or os.cpu_count() or 1)
+        available = len(os.sched_getaffinity(0))
+        cores = int(tgt.export().get("num-cores", available))
+        if not 1 <= cores <= available:
+            raise TargetError(f"Expected num-cores between 1 and {available} (the cores this "
+                              f"process may use) but got num-cores={cores}")
         return LocalCPU(DeviceRef("cpu", kind), cores)
-    raise ValueError(f"Expected an llvm or cuda target (or rpc=) but got target kind {kind!r}")
+    raise TargetError(f"Expected an llvm or cuda target (or rpc=) but got target kind {kind!r}")
 
 
 _BY_SPEC: dict[str, Device] = {}

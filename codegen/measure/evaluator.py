@@ -10,6 +10,7 @@ processes, then verify and time one candidate at a time on the device, with ever
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,14 +26,27 @@ from .build import Artifact
 from .cache import Cache, cache_key
 from .config import MeasureConfig
 from .devices import Device, create
+from .locks import device_lock
 from .outcomes import Outcome, Status
 from .protocol import BuildJob, Built, DescribeJob, ReferenceJob, RunJob, WorkloadData
 from .worker import JobCrashed, JobTimeout, Worker, WorkerError
 
-__all__ = ["Evaluator", "workload_identity"]
+__all__ = ["MEASURE_VERSION", "Evaluator", "workload_identity", "workload_text_hash"]
 
 _STAGE_STATUS = {"parse": Status.PARSE_ERROR, "apply": Status.APPLY_ERROR,
                  "build": Status.BUILD_ERROR}
+
+
+# Part of every cache key: raise it when verification or timing changes what an outcome means
+# (2: guard regions around every argument, so out-of-bounds kernels are incorrect).
+MEASURE_VERSION = 2
+
+
+def workload_text_hash(wl) -> str:
+    """16 hex digits of the workload's printed TVMScript.  The identity (a structural hash)
+    ignores block, buffer and loop names, which a script observes (``block "C"``), so the cache
+    key needs both."""
+    return hashlib.sha256(as_module(wl).script().encode()).hexdigest()[:16]
 
 
 def workload_identity(wl) -> str:
@@ -137,12 +151,13 @@ class Evaluator:
     def _run(self, workload, items: list[_Item]) -> list[Outcome]:
         wl = WorkloadData.of(workload)
         identity = workload_identity(workload)
-        settings = self.config.fingerprint()
+        observed = f"{identity}:{workload_text_hash(workload)}"
+        settings = f"v{MEASURE_VERSION}:{self.config.fingerprint()}"
         pending = [i for i in items if i.outcome is None]
         if self.cache is not None and pending:
             for item in pending:
                 assert item.key_text is not None
-                item.key = cache_key(identity, item.key_text, self.target_json, self.device,
+                item.key = cache_key(observed, item.key_text, self.target_json, self.device,
                                      settings)
                 item.outcome = self.cache.get(item.key)
         todo = [i for i in items if i.outcome is None]
@@ -171,7 +186,8 @@ class Evaluator:
                        script=item.script, module=item.module)
         worker = self._builders.get()
         try:
-            reply = worker.call(job, timeout=self.config.build_timeout_s)
+            with self._build_lock():
+                reply = worker.call(job, timeout=self.config.build_timeout_s)
         except WorkerError as exc:
             item.outcome = _from_exception(exc)
             return
@@ -193,11 +209,24 @@ class Evaluator:
                                        build_s=item.build_s)
                 item.transient = True
             return
-        failed = self._prepare(wl)
-        for item in ready:
-            assert item.artifact is not None
-            item.outcome = failed or self._measure(wl, item.artifact, item.build_s)
-            item.transient = failed is not None
+        with self._measure_lock():
+            failed = self._prepare(wl)
+            for item in ready:
+                assert item.artifact is not None
+                item.outcome = failed or self._measure(wl, item.artifact, item.build_s)
+                item.transient = failed is not None
+
+    def _measure_lock(self):
+        """Exclusive use of the device while verifying and timing (other processes wait)."""
+        if not self.runtime.lock_name:
+            return contextlib.nullcontext()
+        return device_lock(self.runtime.lock_name)
+
+    def _build_lock(self):
+        """Builds share the cores a CPU device times on: they hold its lock shared."""
+        if not (self.runtime.lock_name and self.runtime.builds_contend):
+            return contextlib.nullcontext()
+        return device_lock(self.runtime.lock_name, shared=True)
 
     def _prepare(self, wl: WorkloadData) -> Outcome | None:
         """Compute the reference outputs once, under their own (generous) time limit; an

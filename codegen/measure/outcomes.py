@@ -4,6 +4,7 @@ read field by field, never by parsing messages."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -43,6 +44,7 @@ class Outcome:
     max_abs_error: float | None = None    # over all outputs, against the reference
     max_rel_error: float | None = None
     unwritten: int | None = None          # output elements still holding the poison value
+    out_of_bounds: int | None = None      # bytes written outside the outputs (guards, inputs)
     latency_s: float | None = None        # median over repeats
     spread_s: float | None = None         # interquartile range over repeats
     repeats: list[float] = field(default_factory=list)
@@ -50,17 +52,30 @@ class Outcome:
     signal: str | None = None             # e.g. "SIGSEGV" when a worker died of a signal
     cached: bool = False                  # served from the measurement cache
 
+    def __post_init__(self) -> None:
+        # A measurement that did not happen is never "correct".
+        if self.status is Status.CORRECT and not (
+                isinstance(self.latency_s, int | float) and math.isfinite(self.latency_s)
+                and self.latency_s > 0):
+            raise ValueError(f"Expected a finite positive latency_s for a correct outcome but "
+                             f"got latency_s={self.latency_s!r}")
+
     @property
     def ok(self) -> bool:
         return self.status is Status.CORRECT
 
     def as_dict(self) -> dict[str, Any]:
+        """The fields as JSON-safe values: a non-finite error (an output of the wrong shape has
+        an infinite one) becomes None, so the JSON is valid everywhere."""
         data = asdict(self)
         data["status"] = self.status.value
+        for key, value in data.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                data[key] = None
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.as_dict(), sort_keys=True)
+        return json.dumps(self.as_dict(), sort_keys=True, allow_nan=False)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Outcome:

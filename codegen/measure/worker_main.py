@@ -13,6 +13,7 @@ worker sends ``Progress``, so the parent can attribute a crash.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -143,6 +144,7 @@ def run_job(job: RunJob) -> Outcome:
 
     from ..targets import tvm_message
     from .devices import from_spec
+    from .guards import GuardedArgs
     from .timing import median_and_spread, time_kernel
     from .verify import compare
 
@@ -153,7 +155,8 @@ def run_job(job: RunJob) -> Outcome:
     _stage("load")
     try:
         rt_mod, dev = device.load(job.artifact)
-        tensors = [tvm.runtime.tensor(a, dev) for a in inputs]
+        guarded = GuardedArgs(inputs, dev) if device.guards else None
+        tensors = guarded.tensors if guarded else [tvm.runtime.tensor(a, dev) for a in inputs]
     except Exception as exc:  # noqa: BLE001  a corrupt or unloadable library
         return Outcome(Status.RUNTIME_ERROR, "load",
                        f"cannot load the built kernel: {tvm_message(exc)}")
@@ -164,16 +167,28 @@ def run_job(job: RunJob) -> Outcome:
         dev.sync()
     except Exception as exc:  # noqa: BLE001  a kernel that faults reports through TVM
         return Outcome(Status.RUNTIME_ERROR, "verify", tvm_message(exc))
-    outputs = [t.numpy() for t, p in zip(tensors, params, strict=True) if p.output]
-    result = compare(outputs, references)
+    written = [i for i, p in enumerate(params) if p.output]
+    results = guarded.results() if guarded else [t.numpy() for t in tensors]
+    result = compare([results[i] for i in written], references)
     fields = {"max_abs_error": result.max_abs_error, "max_rel_error": result.max_rel_error,
               "unwritten": result.unwritten}
+    if guarded is not None:
+        report = guarded.check(outputs=written)
+        fields["out_of_bounds"] = report.bytes_changed
+        if not report.clean:  # whatever the outputs say, such a kernel is never timed
+            return Outcome(Status.INCORRECT, "verify",
+                           report.message([p.name for p in params]), **fields)
     if not result.ok:
         return Outcome(Status.INCORRECT, "verify", result.message, **fields)
     _stage("time")
+    # Fresh, unguarded tensors: the timed run is the kernel alone.
+    tensors = [tvm.runtime.tensor(a, dev) for a in inputs]
     arg_sets, preproc = device.timing_args(tensors, inputs, config)
     times = time_kernel(rt_mod, dev, arg_sets, config, preproc)
     median, spread = median_and_spread(times)
+    if not times or not math.isfinite(median) or median <= 0:
+        return Outcome(Status.RUNTIME_ERROR, "time",
+                       f"the timer gave no usable measurement ({times})", **fields)
     return Outcome(Status.CORRECT, "time", latency_s=median, spread_s=spread, repeats=times,
                    **fields)
 

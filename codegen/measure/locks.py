@@ -1,0 +1,49 @@
+"""Cross-process locks per device, so that two measuring processes on one machine never time
+kernels on the same device at once (nor cache what they measured while contending).
+
+A lock is an ``flock`` on a file under ``$DRAGON_CACHE_DIR/locks`` (or
+``~/.cache/little-dragon/locks``), named after the device; the kernel releases it when its
+holder dies.  Timing takes it exclusively.  On a CPU device, builds, which run on the same
+cores, take it shared: a measurement waits for other processes' builds and they wait for it.
+
+>>> with device_lock("doctest device"):
+...     pass
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import re
+import time
+from collections.abc import Iterator
+
+__all__ = ["device_lock", "lock_dir"]
+
+
+def lock_dir() -> str:
+    root = os.environ.get("DRAGON_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "little-dragon")
+    return os.path.join(root, "locks")
+
+
+def _path(device: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", device).strip("-")[:60]
+    digest = hashlib.sha256(device.encode()).hexdigest()[:12]
+    return os.path.join(lock_dir(), f"{slug}-{digest}.lock")
+
+
+@contextlib.contextmanager
+def device_lock(device: str, *, shared: bool = False) -> Iterator[float]:
+    """Hold the device's lock (exclusive, or ``shared``); yields the seconds spent waiting."""
+    path = _path(device)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        start = time.monotonic()
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield time.monotonic() - start
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
