@@ -50,7 +50,7 @@ def main() -> None:
 
     def direct(wl, scripts) -> int:
         payload = WorkloadData.of(wl)
-        device = create("llvm").spec
+        device = create("llvm").ref
         correct = 0
         with tempfile.TemporaryDirectory() as tmp:
             for i, script in enumerate(scripts):

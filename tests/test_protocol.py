@@ -66,13 +66,13 @@ def test_devices_are_chosen_once_from_the_target():
     assert cpu.worker_env() == {"TVM_NUM_THREADS": "1"} and len(cpu.worker_cpus()) == 1
     assert cpu.known_info() is None  # named by the measuring worker itself
     gpu = devices.create("cuda")
-    assert isinstance(gpu, devices.LocalCUDA) and gpu.spec == DeviceRef("cuda", "cuda")
+    assert isinstance(gpu, devices.LocalCUDA) and gpu.ref == DeviceRef("cuda", "cuda")
     remote = devices.create("cuda", rpc={"tracker": "127.0.0.1:9190", "key": "h100"})
     assert isinstance(remote, devices.RPCDevice)
     assert remote.known_info() == DeviceInfo("rpc:h100", True)
-    for spec in (cpu.spec, gpu.spec, remote.spec):
-        assert type(devices.from_spec(spec)) is type(devices.create(
-            "cuda" if spec.target_kind == "cuda" else "llvm", rpc=spec.rpc))
+    for ref in (cpu.ref, gpu.ref, remote.ref):
+        assert type(devices.from_ref(ref)) is type(devices.create(
+            "cuda" if ref.target_kind == "cuda" else "llvm", rpc=ref.rpc))
     with pytest.raises(ValueError, match="Expected an llvm or cuda target"):
         devices.create({"kind": "c"})
 

@@ -9,7 +9,7 @@ loaded, and how repeats are kept honest (L2 flushing, input rotation).
 - ``LocalCUDA``: a GPU on this machine, loading the cubins the builders compiled;
 - ``RPCDevice``: a device behind TVM's RPC tracker (``codegen.measure.remote``).
 
->>> create("llvm").spec
+>>> create("llvm").ref
 DeviceRef(kind='cpu', target_kind='llvm', rpc=None)
 """
 
@@ -23,7 +23,7 @@ from .build import Artifact
 from .config import MeasureConfig
 from .protocol import DeviceInfo, DeviceRef
 
-__all__ = ["Device", "LocalCPU", "LocalCUDA", "RPCDevice", "create", "from_spec"]
+__all__ = ["Device", "LocalCPU", "LocalCUDA", "RPCDevice", "create", "from_ref"]
 
 
 class Device:
@@ -34,8 +34,8 @@ class Device:
     # memory must be addressable from the measuring process.
     guards = True
 
-    def __init__(self, spec: DeviceRef) -> None:
-        self.spec = spec
+    def __init__(self, ref: DeviceRef) -> None:
+        self.ref = ref
 
     # -- in the parent -------------------------------------------------------------------------
 
@@ -77,8 +77,8 @@ class Device:
 class LocalCPU(Device):
     builds_contend = True
 
-    def __init__(self, spec: DeviceRef, cores: int) -> None:
-        super().__init__(spec)
+    def __init__(self, ref: DeviceRef, cores: int) -> None:
+        super().__init__(ref)
         self.cores = cores
 
     @property
@@ -148,13 +148,13 @@ class RPCDevice(Device):
 
     guards = False
 
-    def __init__(self, spec: DeviceRef) -> None:
-        super().__init__(spec)
+    def __init__(self, ref: DeviceRef) -> None:
+        super().__init__(ref)
         self._session = None  # kept open while the loaded module is in use
 
     def known_info(self) -> DeviceInfo:
-        assert self.spec.rpc is not None
-        return DeviceInfo(f"rpc:{self.spec.rpc.get('key', '')}", True)
+        assert self.ref.rpc is not None
+        return DeviceInfo(f"rpc:{self.ref.rpc.get('key', '')}", True)
 
     def describe(self) -> DeviceInfo:
         return self.known_info()
@@ -162,15 +162,15 @@ class RPCDevice(Device):
     def load(self, artifact: Artifact) -> tuple[Any, Any]:
         from .remote import connect
 
-        assert self.spec.rpc is not None
-        self._session = session = connect(self.spec.rpc)
+        assert self.ref.rpc is not None
+        self._session = session = connect(self.ref.rpc)
         session.upload(artifact.library)
         rt_mod = session.load_module(os.path.basename(artifact.library))
-        return rt_mod, session.device("cpu" if self.spec.target_kind == "llvm" else
-                                      self.spec.target_kind)
+        return rt_mod, session.device("cpu" if self.ref.target_kind == "llvm" else
+                                      self.ref.target_kind)
 
     def timing_args(self, tensors: list, inputs: list, config: MeasureConfig) -> tuple[list, str]:
-        if self.spec.target_kind != "cuda" or not config.flush_l2:
+        if self.ref.target_kind != "cuda" or not config.flush_l2:
             return [tensors], ""
         return _rotations(inputs, tensors[0].device), ""
 
@@ -203,18 +203,18 @@ def create(target: Any, rpc: dict[str, Any] | None = None) -> Device:
     raise TargetError(f"Expected an llvm or cuda target (or rpc=) but got target kind {kind!r}")
 
 
-_BY_SPEC: dict[str, Device] = {}
+_BY_REF: dict[str, Device] = {}
 
 
-def from_spec(spec: DeviceRef) -> Device:
-    """The Device a spec names, kept per process (inside the measuring worker)."""
-    key = repr(spec)
-    if key not in _BY_SPEC:
-        if spec.kind == "rpc":
-            _BY_SPEC[key] = RPCDevice(spec)
-        elif spec.kind == "cuda":
-            _BY_SPEC[key] = LocalCUDA(spec)
+def from_ref(ref: DeviceRef) -> Device:
+    """The Device a ref names, kept per process (inside the measuring worker)."""
+    key = repr(ref)
+    if key not in _BY_REF:
+        if ref.kind == "rpc":
+            _BY_REF[key] = RPCDevice(ref)
+        elif ref.kind == "cuda":
+            _BY_REF[key] = LocalCUDA(ref)
         else:
-            _BY_SPEC[key] = LocalCPU(spec, int(os.environ.get("TVM_NUM_THREADS", "0") or 0)
+            _BY_REF[key] = LocalCPU(ref, int(os.environ.get("TVM_NUM_THREADS", "0") or 0)
                                      or os.cpu_count() or 1)
-    return _BY_SPEC[key]
+    return _BY_REF[key]

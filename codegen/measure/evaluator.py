@@ -116,7 +116,7 @@ class Evaluator:
 
     def _device_info(self):
         if self._info is None:
-            self._info = self.runner.call(DescribeJob(self.runtime.spec), timeout=120)
+            self._info = self.runner.call(DescribeJob(self.runtime.ref), timeout=120)
         return self._info
 
     # -- the pipeline ------------------------------------------------------------------------
@@ -241,7 +241,7 @@ class Evaluator:
         return None
 
     def _measure(self, wl: WorkloadData, artifact: Artifact, build_s: float | None) -> Outcome:
-        job = RunJob(wl, artifact, self.config, self.runtime.spec)
+        job = RunJob(wl, artifact, self.config, self.runtime.ref)
         try:
             reply = self.runner.call(job, timeout=self.config.run_timeout_s)
         except WorkerError as exc:

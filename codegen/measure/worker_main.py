@@ -143,7 +143,7 @@ def run_job(job: RunJob) -> Outcome:
     import tvm
 
     from ..targets import tvm_message
-    from .devices import from_spec
+    from .devices import from_ref
     from .guards import GuardedArgs
     from .timing import median_and_spread, time_kernel
     from .verify import compare
@@ -151,7 +151,7 @@ def run_job(job: RunJob) -> Outcome:
     config = job.config
     _stage("reference")
     params, inputs, references = _reference(job.workload, config.seed)
-    device = from_spec(job.device)
+    device = from_ref(job.device)
     _stage("load")
     try:
         rt_mod, dev = device.load(job.artifact)
@@ -194,9 +194,9 @@ def run_job(job: RunJob) -> Outcome:
 
 
 def describe_job(job: DescribeJob) -> DeviceInfo:
-    from .devices import from_spec
+    from .devices import from_ref
 
-    return from_spec(job.device).describe()
+    return from_ref(job.device).describe()
 
 
 JOBS = {ApplyJob: apply_job, BuildJob: build_job, ReferenceJob: reference_job, RunJob: run_job,
