@@ -1,9 +1,8 @@
-"""The workload library: spec parsing and its errors, canonical specs, identities, every
-family built and run against NumPy, TVMScript files, the sampler, and `dragon workloads`."""
+"""The workload library: spec parsing and its errors, canonical specs, identities, TVMScript
+files, the sampler, and `dragon workloads` (each family's maths: `test_family_maths.py`)."""
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import math
@@ -11,7 +10,6 @@ import random
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from codegen.cli.workloads import main as workloads_main
@@ -23,7 +21,7 @@ from codegen.workloads import (
     parse_spec,
     workload,
 )
-from codegen.workloads.families import FAMILIES, accumulator
+from codegen.workloads.families import FAMILIES
 from codegen.workloads.shapes import iter_workloads, sample_workloads, sampler_stats
 from dragon_dsl.errors import DragonError
 
@@ -193,192 +191,7 @@ def test_bad_files_raise_one_line_errors(tmp_path, text, needle):
         workload(tmp_path / "missing.py")
 
 
-# ---- every family, built and run against NumPy ---------------------------------------------
-
-def _erf(x):
-    return np.vectorize(math.erf)(x)
-
-
-ACT = {"none": lambda x: x, "relu": lambda x: np.maximum(x, 0),
-       "gelu": lambda x: 0.5 * x * (1 + _erf(x / math.sqrt(2))),
-       "silu": lambda x: x / (1 + np.exp(-x)), "exp": np.exp, "tanh": np.tanh,
-       "sigmoid": lambda x: 1 / (1 + np.exp(-x))}
-
-
-def _conv_nchw(x, w, stride, pad, dilation, groups):
-    """Grouped, dilated 2-D convolution: x[n,ci,h,w], w[co,ci/groups,kh,kw]."""
-    n, ci, h, wd = x.shape
-    co, cig, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh = (h + 2 * pad - dilation * (kh - 1) - 1) // stride + 1
-    ow = (wd + 2 * pad - dilation * (kw - 1) - 1) // stride + 1
-    out, cog = np.zeros((n, co, oh, ow)), co // groups
-    for g in range(groups):
-        for i in range(kh):
-            for j in range(kw):
-                patch = xp[:, g * cig:(g + 1) * cig,
-                           i * dilation:i * dilation + stride * (oh - 1) + 1:stride,
-                           j * dilation:j * dilation + stride * (ow - 1) + 1:stride]
-                out[:, g * cog:(g + 1) * cog] += np.einsum(
-                    "nchw,oc->nohw", patch, w[g * cog:(g + 1) * cog, :, i, j])
-    return out
-
-
-def _pool_nchw(x, k, stride, pad, kind):
-    fill = -np.inf if kind == "max" else 0.0
-    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=fill)
-    oh = (x.shape[2] + 2 * pad - k) // stride + 1
-    ow = (x.shape[3] + 2 * pad - k) // stride + 1
-    windows = np.stack([xp[:, :, i:i + stride * (oh - 1) + 1:stride,
-                           j:j + stride * (ow - 1) + 1:stride]
-                        for i in range(k) for j in range(k)])
-    return windows.max(0) if kind == "max" else windows.sum(0) / (k * k)
-
-
-def _nhwc(f):
-    """An NCHW reference applied to NHWC data (weights given in NCHW's OIHW)."""
-    return lambda x, *a: f(x.transpose(0, 3, 1, 2), *a).transpose(0, 2, 3, 1)
-
-
-def _reference(family: str, p: dict, xs: list):
-    if family == "matmul":
-        return xs[0] @ xs[1]
-    if family == "batch_matmul":
-        return np.matmul(xs[0], xs[1])
-    if family == "dense":
-        y = xs[0] @ xs[1].T + (xs[2] if p["bias"] else 0)
-        return ACT[p["act"]](y)
-    if family == "gemv":
-        return xs[0] @ xs[1]
-    if family == "attention":
-        kv = np.repeat(xs[1], p["gqa"], axis=1)
-        if p["stage"] == "scores":
-            return np.einsum("bhid,bhjd->bhij", xs[0], kv)
-        return np.einsum("bhij,bhjd->bhid", xs[0], kv)
-    if family == "conv2d":
-        args = (p["stride"], p["pad"], p["dilation"], p["groups"])
-        if p["layout"] == "NCHW":
-            return _conv_nchw(xs[0], xs[1], *args)
-        return _nhwc(_conv_nchw)(xs[0], xs[1].transpose(3, 2, 0, 1), *args)
-    if family == "depthwise_conv2d":
-        args = (p["stride"], p["pad"], p["dilation"], p["c"])
-        if p["layout"] == "NCHW":
-            return _conv_nchw(xs[0], xs[1], *args)
-        return _nhwc(_conv_nchw)(xs[0], xs[1].transpose(2, 3, 0, 1), *args)
-    if family == "conv1d":
-        x = xs[0] if p["layout"] == "NCW" else xs[0].transpose(0, 2, 1)
-        w = xs[1] if p["layout"] == "NCW" else xs[1].transpose(2, 1, 0)
-        # A 1-D convolution is a 2-D one over an image one pixel high, padded along w only.
-        x = np.pad(x, ((0, 0), (0, 0), (p["pad"], p["pad"])))
-        y = _conv_nchw(x[:, :, None], w[:, :, None], p["stride"], 0, p["dilation"], 1)[:, :, 0]
-        return y if p["layout"] == "NCW" else y.transpose(0, 2, 1)
-    if family == "pool2d":
-        x = xs[0] if p["layout"] == "NCHW" else xs[0].transpose(0, 3, 1, 2)
-        if p["kind"].startswith("global"):
-            y = (x.mean if p["kind"] == "global" else x.max)(axis=(2, 3), keepdims=True)
-        else:
-            y = _pool_nchw(x, p["k"], p["stride"], p["pad"], p["kind"])
-        return y if p["layout"] == "NCHW" else y.transpose(0, 2, 3, 1)
-    if family == "softmax":
-        e = np.exp(xs[0] - xs[0].max(1, keepdims=True))
-        return e / e.sum(1, keepdims=True)
-    if family == "layer_norm":
-        x = xs[0]
-        mu, var = x.mean(1, keepdims=True), x.var(1, keepdims=True)
-        return (x - mu) / np.sqrt(var + 1e-5) * xs[1] + xs[2]
-    if family == "rms_norm":
-        x = xs[0]
-        return x / np.sqrt((x * x).mean(1, keepdims=True) + 1e-5) * xs[1]
-    if family == "reduce":
-        return getattr(np, p["op"])(xs[0], axis=1)
-    if family == "elementwise":
-        out = xs[0]
-        for op in p["ops"].split(","):
-            binary = {"add": np.add, "sub": np.subtract, "mul": np.multiply}.get(op)
-            out = binary(out, xs[1]) if binary else ACT[op](out)
-        return out
-    if family == "transpose":
-        return xs[0].transpose([int(a) for a in p["axes"].split(",")])
-    return None
-
-
-@functools.cache
-def _target():
-    import tvm
-
-    return tvm.target.Target({"kind": "llvm", "num-cores": 2})
-
-
-def _run(spec: str, seed: int = 0):
-    """Build and run a workload on random inputs: (params, inputs, output)."""
-    import tvm
-
-    family, kwargs = parse_spec(spec)
-    params = {**FAMILIES[family].params, **kwargs}
-    func = workload(spec).mod["main"]
-    rng = np.random.default_rng(seed)
-    dev = tvm.cpu()
-    inputs = []
-    for buf in func.params[:-1]:
-        shape, dtype = [int(d) for d in buf.shape], str(buf.dtype)
-        if dtype.startswith("int"):
-            inputs.append(rng.integers(-8, 8, size=shape).astype(dtype))
-        else:
-            inputs.append(rng.uniform(-1, 1, size=shape).astype(dtype))
-    out = func.params[-1]
-    lib = tvm.compile(workload(spec).mod, target=_target())
-    result = tvm.runtime.empty([int(d) for d in out.shape], str(out.dtype), dev)
-    lib["main"](*[tvm.runtime.tensor(x, dev) for x in inputs], result)
-    return params, inputs, result.numpy()
-
-
-def _instances() -> list[str]:
-    specs = []
-    for name, family in FAMILIES.items():
-        specs.append(f"{name}()")
-        if "dtype" in family.params:
-            specs += [f"{name}(dtype={d})" for d in family.dtypes if d != "float32"]
-    return specs
-
-
-EXTRA = [
-    "dense(m=8,n=12,k=16,bias=1,act=relu)", "dense(m=8,n=12,k=16,bias=1,act=gelu,dtype=float16)",
-    "dense(m=8,n=12,k=16,act=silu)", "dense(m=8,n=12,k=16,bias=1,act=relu,dtype=int8)",
-    "conv2d(h=9,w=9,ci=8,co=12,stride=2,layout=NCHW)", "conv2d(h=9,w=9,ci=8,co=12,groups=4)",
-    "conv2d(h=9,w=9,ci=8,co=12,groups=4,layout=NCHW,dilation=2,pad=2)",
-    "conv2d(h=9,w=9,ci=8,co=8,groups=2,dtype=int8,layout=NCHW)",
-    "depthwise_conv2d(h=9,w=9,c=8,stride=2,layout=NCHW)", "conv1d(l=20,stride=2,dilation=2)",
-    "conv1d(l=20,layout=NCW,pad=0,k=2)", "attention(gqa=2,stage=context)",
-    "attention(heads=4,gqa=4,sq=1,skv=24,d=8)", "pool2d(kind=avg,layout=NHWC)",
-    "pool2d(kind=global_max,layout=NHWC)", "pool2d(kind=global)", "pool2d(h=8,w=8,k=2,pad=0)",
-    "reduce(op=mean)", "reduce(op=min)", 'elementwise(ops="add,gelu,silu,sub,mul,tanh,sigmoid")',
-    'transpose(axes="1,0,2",dtype=int8)',
-]
-
-
-WIDENING = ("matmul", "batch_matmul", "dense", "gemv", "attention", "conv1d", "conv2d", "conv3d",
-            "depthwise_conv2d", "conv2d_transpose")
-
-
-@pytest.mark.parametrize("spec", _instances() + EXTRA)
-def test_every_family_builds_runs_and_matches_numpy(spec):
-    params, inputs, got = _run(spec)
-    family = parse_spec(spec)[0]
-    dtype = params.get("dtype", "float32")
-    assert np.isfinite(got.astype("float64")).all()
-    if family in WIDENING or spec == "reduce(dtype=float16)":
-        assert str(got.dtype) == accumulator(dtype), "products and sums accumulate wider"
-    wide = [x.astype("int64" if x.dtype.kind == "i" else "float64") for x in inputs]
-    want = _reference(family, params, wide)
-    if want is None:  # conv3d, conv2d_transpose, tvm: runs and is finite
-        return
-    assert got.shape == want.shape
-    if dtype == "int8":
-        np.testing.assert_array_equal(got, want)
-    else:
-        tol = 1e-4 if got.dtype == np.float32 else 2e-2
-        np.testing.assert_allclose(got.astype("float64"), want, rtol=tol, atol=tol)
-
+# ---- sizes (every family's maths is checked in test_family_maths.py) ---------------------
 
 def test_default_instances_are_small():
     for name in FAMILIES:
