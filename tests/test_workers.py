@@ -147,9 +147,6 @@ def test_a_build_worker_killed_by_a_signal_is_a_build_error_and_the_next_build_w
     assert fine.ok, fine.summary()  # built by a fresh worker, in the same call
 
 
-@pytest.mark.xfail(strict=True, reason="Worker._crashed closes the pipe but never kills the "
-                   "dead worker's process group: a job's children (the C compiler, nvcc) "
-                   "outlive a worker that crashed")
 def test_a_crashed_workers_children_do_not_outlive_it(fake_cc, tmp_path):
     [script] = _scripts(1)
     (fake_cc.parent / "signal").write_text("SEGV")
@@ -232,9 +229,6 @@ def test_a_busy_worker_exits_when_its_parent_is_killed(parent_killed_mid_job):
     assert not worker_left, "the worker outlived its parent"
 
 
-@pytest.mark.xfail(strict=True, reason="worker_main._exit_with_parent exits with os._exit and "
-                   "leaves its process group alone: the children of the job it was running "
-                   "(the C compiler, nvcc) outlive a worker whose parent died")
 def test_a_worker_whose_parent_dies_mid_job_takes_its_children_along(parent_killed_mid_job):
     _, children_left = parent_killed_mid_job
     assert not children_left, "the job's children outlived the worker"

@@ -155,6 +155,11 @@ class Worker:
     def _crashed(self, stage: str) -> JobCrashed:
         assert self.proc is not None
         code = self.proc.wait()
+        # The job's children (a C compiler, nvcc) are still in the dead worker's group.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
         self.close()
         if code < 0:
             name = signal.Signals(-code).name

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import sys
 import time
 from multiprocessing.connection import Connection
@@ -234,7 +235,10 @@ def _exit_with_parent() -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(0.5)
-        os._exit(3)
+        # The worker leads its own process group: the job's children (a C compiler, nvcc) and
+        # the worker itself go together.
+        os.killpg(0, signal.SIGKILL)
+        os._exit(3)  # not reached
 
     threading.Thread(target=watch, daemon=True).start()
 
