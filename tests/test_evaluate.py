@@ -22,7 +22,7 @@ from codegen.measure.evaluator import Evaluator
 from codegen.measure.outcomes import Outcome, Status
 from codegen.measure.protocol import PingJob, ReferenceJob, WorkloadData
 from codegen.measure.verify import compare, poison
-from codegen.measure.worker import JobCrashed, JobTimeout, Worker
+from codegen.measure.worker import JobCrashed, Worker
 from codegen.search import sample_traces
 from codegen.workloads import workload
 
