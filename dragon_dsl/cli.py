@@ -102,14 +102,14 @@ def cmd_check(args) -> int:
             print(f"dragon: {exc}", file=sys.stderr)
             results.append((path, None, str(exc)))
             continue
-        diagnostics = check(text, limits=limits)
-        if not diagnostics and args.workload is not None:
+        found = check(text, limits=limits)
+        if not found and args.workload is not None:
             texts[len(results)] = text
-        results.append((path, diagnostics, ""))
+        results.append((path, found, ""))
     if args.workload is not None:  # also for nothing to apply: a bad spec is a usage error
         applied = _check_on_workload(list(texts.values()), args, limits)
-        for index, found in zip(texts, applied, strict=True):
-            results[index] = (results[index][0], found, "")
+        for index, on_workload in zip(texts, applied, strict=True):
+            results[index] = (results[index][0], on_workload, "")
     if args.json:
         print(json.dumps([{"file": p, "ok": d == [],
                            "diagnostics": [x.as_dict() for x in d or []],
