@@ -394,7 +394,11 @@ def build_parser(*, plugins: bool = True) -> argparse.ArgumentParser:
 
     if plugins:
         for entry in _entry_points("dragon.commands"):
-            entry.load()(sub)
+            try:
+                entry.load()(sub)
+            except Exception as exc:  # noqa: BLE001  a broken or half-installed package
+                print(f"dragon: note: the '{entry.name}' subcommands are unavailable: "
+                      f"{type(exc).__name__}: {exc}", file=sys.stderr)
     return parser
 
 

@@ -9,6 +9,7 @@ errors.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -44,6 +45,8 @@ def cmd_apply(args) -> int:
     from ..measure.worker import Worker, WorkerError
     from ..targets import target_dict
 
+    if not args.timeout > 0:
+        raise UsageError(f"Expected --timeout > 0 but got --timeout {args.timeout}")
     text = read_source(args.script)
     wl, target = _inputs(args)
     name = "<stdin>" if args.script == "-" else args.script
@@ -103,13 +106,20 @@ def cmd_bench(args) -> int:
         if not args.json:
             print(message, file=sys.stderr, flush=True)
 
-    scripts = {path: read_source(path) for path in args.scripts}
-    wl, target = _inputs(args)
     names = [] if args.baselines == "none" else [b.strip() for b in args.baselines.split(",")]
     unknown = sorted(set(names) - set(BASELINES))
     if unknown:
         raise UsageError(f"Expected baselines from {list(BASELINES)} but got {unknown}")
+    if not names and not args.scripts:
+        raise UsageError("nothing to measure: give scripts, baselines, or both")
+    if "metaschedule" in names and args.trials < 1:
+        raise UsageError(f"Expected --trials >= 1 for the metaschedule baseline but got "
+                         f"--trials {args.trials}")
+    if args.builders is not None and args.builders < 1:
+        raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
     config = config_from_args(MeasureConfig, args)
+    scripts = {path: read_source(path) for path in args.scripts}
+    wl, target = _inputs(args)
     report = bench(wl, scripts, target, baselines=names, trials=args.trials, config=config,
                    cache=False if args.no_cache else None, builders=args.builders,
                    progress=progress)
@@ -134,8 +144,11 @@ def register(subparsers) -> None:
         "apply", help="apply a script to a workload and print the scheduled TVMScript",
         description="Apply a script to a workload (in a worker process) and print the "
                     "scheduled TVMScript, or the statement the kernel refuses.",
-        epilog="example: dragon apply examples/bert_ffn_llvm_0.dragon "
-               "--workload 'dense(m=128,n=3072,k=768,bias=1,act=gelu)'")
+        epilog="examples:\n  dragon apply examples/bert_ffn_llvm_0.dragon "
+               "--workload 'dense(m=128,n=3072,k=768,bias=1,act=gelu)'\n"
+               "  printf 'block \"C\" -> C\\n' | dragon apply - --workload "
+               "'matmul(m=64,n=64,k=64)'",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("script", help="a .dragon file, or - for standard input")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")
@@ -147,8 +160,11 @@ def register(subparsers) -> None:
         "bench", help="build, verify and time scripts against baselines",
         description="Build, verify and time scripts and baselines on one device in one "
                     "session; print a table of medians and speedups.",
-        epilog="example: dragon bench examples/bert_ffn_llvm_*.dragon --workload "
-               "'dense(m=128,n=3072,k=768,bias=1,act=gelu)' --baselines unscheduled,default")
+        epilog="examples:\n  dragon bench examples/bert_ffn_llvm_*.dragon --workload "
+               "'dense(m=128,n=3072,k=768,bias=1,act=gelu)' --baselines unscheduled,default\n"
+               "  dragon bench --workload 'matmul(m=256,n=256,k=256)' --baselines "
+               "unscheduled,metaschedule --trials 16 --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scripts", nargs="*", help=".dragon files (- for standard input)")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")
