@@ -47,11 +47,15 @@ def cmd_apply(args) -> int:
 
     if not args.timeout > 0:
         raise UsageError(f"Expected --timeout > 0 but got --timeout {args.timeout}")
+    if args.memory_limit_mb < 1:
+        raise UsageError(f"Expected --memory-limit-mb >= 1 but got --memory-limit-mb "
+                         f"{args.memory_limit_mb}")
     text = read_source(args.script)
     wl, target = _inputs(args)
     name = "<stdin>" if args.script == "-" else args.script
     try:
-        with Worker() as worker:  # TVM's schedule primitives can abort the process
+        # TVM's schedule primitives can abort the process, hang, or take gigabytes.
+        with Worker(memory_limit_mb=args.memory_limit_mb) as worker:
             reply = worker.call(ApplyJob(WorkloadData.of(wl), text, target_dict(target)),
                                 timeout=args.timeout)
     except WorkerError as exc:
@@ -154,6 +158,9 @@ def register(subparsers) -> None:
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds the worker may take (default: 300)")
+    p.add_argument("--memory-limit-mb", type=int, default=MeasureConfig.memory_limit_mb,
+                   help="the worker is killed above this resident memory, in MiB "
+                        f"(default: {MeasureConfig.memory_limit_mb})")
     p.set_defaults(func=cmd_apply)
 
     p = subparsers.add_parser(
