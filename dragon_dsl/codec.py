@@ -126,6 +126,8 @@ def _encode_spec(spec: Spec, inst: Inst, targets: list[str]) -> Stmt | None:
             if isinstance(slot.where, Rest):
                 converted = tuple(slot.codec.to_script(v) for v in value)
                 if spec.spread:
+                    if not converted:  # the grammar spells one name or more
+                        raise NoFit
                     args.extend(converted)
                 else:
                     args.append(converted)

@@ -272,6 +272,9 @@ class _ToAst(Transformer):
         return Dict(tuple(self._bounded(pairs, "a dict")))
 
     def pair(self, key, value):
+        if isinstance(key, tuple | Dict):  # TVM's maps in traces are keyed by scalars
+            raise _UserError("a dict key must be a string, number, name or none, not a "
+                             f"{'list' if isinstance(key, tuple) else 'dict'}")
         return (key, value)
 
     def ann_key(self, tok):

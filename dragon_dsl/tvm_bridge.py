@@ -8,6 +8,7 @@ and random variables wired by identity.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,8 +177,12 @@ def value_from_tvm(obj, names, kind: str):
     if isinstance(obj, tvm.ir.Array | list | tuple):
         return tuple(value_from_tvm(v, names, kind) for v in obj)
     if isinstance(obj, tvm.ir.Map | dict):
-        return Dict(tuple((value_from_tvm(k, names, kind), value_from_tvm(v, names, kind))
-                          for k, v in obj.items()))
+        items = tuple((value_from_tvm(k, names, kind), value_from_tvm(v, names, kind))
+                      for k, v in obj.items())
+        if any(isinstance(k, tuple | Dict) for k, _ in items):
+            raise UnsupportedError(f"{kind}: the language has no form for a Map keyed by a "
+                                   "list or Map", kind=kind)
+        return Dict(items)
     raise UnsupportedError(f"{kind}: the language has no form for a {type(obj).__name__}",
                            kind=kind)
 
@@ -330,6 +335,9 @@ def _json_imm(kind: str, form: str, body) -> Imm:
         raise TraceError(f"{kind}: expected {{{form!r}: [dtype, value]}} but got {body!r:.80}")
     dtype, value = body
     known = dtype in _SUFFIX_DTYPES.values()
+    family = r"u?int[0-9]+|bool" if form == "IntImm" else r"b?float[0-9]+"
+    if not re.fullmatch(family, dtype):
+        raise TraceError(f"{kind}: an {form} of dtype {dtype[:40]!r}")
     if form == "IntImm":
         if isinstance(value, bool) or not isinstance(value, int):
             raise TraceError(f"{kind}: an IntImm's value must be an integer, not {value!r:.40}")
@@ -358,8 +366,11 @@ def _from_json_value(obj, names: dict[str, str], kind: str, is_input: bool):
             for pair in obj["Map"]:
                 if not (isinstance(pair, list) and len(pair) == 2):
                     raise TraceError(f"{kind}: a Map's entries must be [key, value] pairs")
-                pairs.append((_from_json_value(pair[0], names, kind, is_input),
-                              _from_json_value(pair[1], names, kind, is_input)))
+                key = _from_json_value(pair[0], names, kind, is_input)
+                if isinstance(key, tuple | Dict):
+                    raise TraceError(f"{kind}: a Map keyed by a list or Map, which the "
+                                     "language cannot write")
+                pairs.append((key, _from_json_value(pair[1], names, kind, is_input)))
             return Dict(tuple(pairs))
         raise TraceError(f"{kind}: unexpected JSON object {str(obj)[:80]}")
     if isinstance(obj, list):
@@ -384,9 +395,15 @@ def _from_json_value(obj, names: dict[str, str], kind: str, is_input: bool):
         if obj not in names:
             raise TraceError(f"{kind}: uses {obj[:80]!r}, which no earlier instruction defines")
         return Ref(obj)
+    if isinstance(obj, int) and not isinstance(obj, bool) and \
+            not -(2**63) <= obj < 2**63:  # TVM holds a POD integer in 64 bits
+        raise TraceError(f"{kind}: {str(obj)[:40]} is out of the range of a 64-bit integer")
     if obj is None or isinstance(obj, bool | int | float):
         return obj
     raise TraceError(f"{kind}: unexpected JSON value {obj!r:.80}")
+
+
+_OUTPUT_PREFIXES = {"b": "block", "l": "loop", "v": "var"}
 
 
 def insts_from_json(data) -> list[Inst]:
@@ -435,10 +452,17 @@ def insts_from_json(data) -> list[Inst]:
         except (TypeError, ValueError, AttributeError, OverflowError, RecursionError) as exc:
             raise TraceError(f"instruction {i} ({kind}): a malformed value: "
                              f"{str(exc)[:200]}") from None
+        types = {_OUTPUT_PREFIXES.get(name[:1]) for name in outputs}
+        if outputs and (len(types) != 1 or OUTPUT_TYPES.get(kind) not in types or
+                        not all(name[1:].isdigit() for name in outputs)):
+            want = OUTPUT_TYPES.get(kind)
+            raise TraceError(f"instruction {i} ({kind}): " + (
+                "has no results" if want is None else
+                f"its results are {want}s, named {want[0]}<N>") +
+                f", but the JSON names {', '.join(outputs)[:80]}")
         for name in outputs:
             names[name] = name
-        output_type = {"b": "block", "l": "loop", "v": "var"}.get(outputs[0][:1]) if outputs \
-            else OUTPUT_TYPES.get(kind)
+        output_type = types.pop() if outputs else OUTPUT_TYPES.get(kind)
         insts.append(Inst(kind, inputs, attrs, list(outputs), decision, output_type))
     return insts
 

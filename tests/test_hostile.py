@@ -466,3 +466,74 @@ def test_check_without_workload_imports_neither_tvm_nor_torch():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             timeout=60)
     assert result.stdout.strip() == "0 []", result.stdout + result.stderr
+
+
+# ---- check without TVM agrees with TVM -----------------------------------------------------
+
+_SUFFIXES = ["", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "b", "f16", "f32", "f64"]
+_LITERALS = st.one_of(
+    st.integers(-(2**70), 2**70).map(str),
+    st.tuples(st.integers(-(2**70), 2**70), st.sampled_from(_SUFFIXES)).map(
+        lambda t: f"{t[0]}{t[1]}"),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr).filter(lambda r: "e" not in r),
+    st.tuples(st.floats(-1e40, 1e40).map(lambda f: f"{f:.3e}"),
+              st.sampled_from(["", "f16", "f32", "f64"])).map("".join),
+    st.text(max_size=5).map(json.dumps), st.sampled_from(["none", "true", "false"]))
+_VALUES = st.recursive(_LITERALS, lambda inner: st.one_of(
+    st.lists(inner, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
+    st.lists(st.tuples(inner, inner), max_size=2).map(
+        lambda kv: "{" + ", ".join(f"{k}: {v}" for k, v in kv) + "}")), max_leaves=8)
+
+
+@given(st.lists(_VALUES, min_size=1, max_size=3))
+def test_what_check_passes_without_tvm_tvm_builds(values):
+    """``check`` without a workload skips TVM for scripts without expressions: for those,
+    building the trace must never fail (what TVM's constructors refuse is caught earlier)."""
+    from dragon_dsl.api import _build, _decode
+
+    text = f"@Annotate(; {', '.join(values)})\n"
+    if dragon_dsl.check(text):
+        return
+    _, decoded = _decode(text)
+    _build(decoded.insts)
+
+
+# ---- encode never writes what check refuses ------------------------------------------------
+
+_DTYPES = st.sampled_from(["int32", "int64", "int8", "bool", "float32", "float16", "uint8",
+                           "int4", "x"])
+_NUMBERS = st.one_of(st.integers(-(2**70), 2**70), st.floats(), st.booleans())
+_JSON_LEAVES = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
+    st.text(max_size=4), st.text(max_size=3).map(lambda t: f'"{t}"'),
+    st.builds(lambda d, v: {"IntImm": [d, v]}, _DTYPES, _NUMBERS),
+    st.builds(lambda d, v: {"FloatImm": [d, v]}, _DTYPES, _NUMBERS))
+_JSON_VALUES = st.recursive(_JSON_LEAVES, lambda inner: st.one_of(
+    st.lists(inner, max_size=3),
+    st.builds(lambda kv: {"Map": kv},
+              st.lists(st.lists(inner, min_size=2, max_size=2), max_size=2))), max_leaves=6)
+
+
+@given(st.data())
+def test_encode_writes_only_what_check_accepts(data):
+    """Arbitrary trace JSON (any kinds, values, wiring): encode refuses it with a DragonError,
+    or writes a script that check accepts."""
+    from dragon_dsl.tvm_bridge import ALL_KINDS
+
+    insts, names, decisions = [], [], []
+    for i in range(data.draw(st.integers(1, 5))):
+        pick = st.sampled_from(names) if names else _JSON_VALUES
+        inputs = data.draw(st.lists(st.one_of(_JSON_VALUES, pick), max_size=3))
+        outputs = [f"{data.draw(st.sampled_from('blv'))}{len(names) + k}"
+                   for k in range(data.draw(st.integers(0, 2)))]
+        names += outputs
+        insts.append([data.draw(st.sampled_from(ALL_KINDS)), inputs,
+                      data.draw(st.lists(_JSON_VALUES, max_size=3)), outputs])
+        if data.draw(st.booleans()):
+            decisions.append([i, data.draw(_JSON_VALUES)])
+    trace = json.loads(json.dumps([insts, decisions]))
+    try:
+        text = dragon_dsl.encode(trace).text
+    except dragon_dsl.DragonError:
+        return
+    assert dragon_dsl.check(text) == [], text
