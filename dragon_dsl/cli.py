@@ -160,7 +160,7 @@ def _check_on_workload(texts: list[str], args, limits: Limits) -> list:
 
 def _write_atomically(path: str, text: str) -> None:
     """Replace the file in one step, so an interrupted fmt never leaves half a script."""
-    target = Path(path)
+    target = Path(os.path.realpath(path))  # through a symbolic link, as a plain write goes
     handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as out:

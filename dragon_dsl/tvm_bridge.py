@@ -395,9 +395,6 @@ def _from_json_value(obj, names: dict[str, str], kind: str, is_input: bool):
         if obj not in names:
             raise TraceError(f"{kind}: uses {obj[:80]!r}, which no earlier instruction defines")
         return Ref(obj)
-    if isinstance(obj, int) and not isinstance(obj, bool) and \
-            not -(2**63) <= obj < 2**63:  # TVM holds a POD integer in 64 bits
-        raise TraceError(f"{kind}: {str(obj)[:40]} is out of the range of a 64-bit integer")
     if obj is None or isinstance(obj, bool | int | float):
         return obj
     raise TraceError(f"{kind}: unexpected JSON value {obj!r:.80}")
