@@ -211,7 +211,7 @@ def cmd_fmt(args) -> int:
 
 # ---- encode / decode -----------------------------------------------------------------
 
-def _load_json(text: str, name: str, limits: Limits):
+def _load_json(text: str, limits: Limits):
     """The JSON value of a trace file; a UsageError-free TraceError when it is not JSON, nests
     deeper than the limit allows, or has an integer Python refuses to read."""
     from .errors import TraceError
@@ -263,7 +263,7 @@ def cmd_encode(args) -> int:
     wl = _workload(args.workload)
     target = _target(args.target)
     try:
-        data = _load_json(text, name, limits)
+        data = _load_json(text, limits)
         typed = wl is None or _typed(data)
         trace = data if typed else replay_tvm_json(data, wl)
         encoded = encode(trace, postproc=args.postproc, postproc_set=args.postproc_set,

@@ -35,7 +35,8 @@ class ExitCode(IntEnum):
     OK = 0           # success: clean, formatted, applied, at least one correct result
     FINDINGS = 1     # the input was read but fails: check findings, unformatted files, a script
                      # that does not apply, no correct kernel, no sample that parses
-    USAGE = 2        # bad arguments or unreadable input; nothing was done
+    USAGE = 2        # bad arguments, or input that cannot be read (missing, not UTF-8, too
+                     # large); with several files the others are still processed
     INTERRUPTED = 130
 
 

@@ -544,3 +544,11 @@ def test_fmt_writes_through_a_symbolic_link(tmp_path, capsys):
     link.symlink_to(real)
     assert run(["fmt", link], capsys)[0] == OK
     assert link.is_symlink() and real.read_text() == "loops C -> l0\n"
+
+
+@pytest.mark.parametrize("command", [["workloads", "show"], ["apply", SCRIPT, "--workload"],
+                                     ["check", SCRIPT, "--target", "llvm", "--workload"]])
+def test_workload_files_are_bounded(tmp_path, capsys, command):
+    for spec in ("file(path=/dev/zero)", f"file(path={tmp_path})"):
+        code, _, err = run([*command, spec], capsys)
+        assert code == USAGE and "not a regular file" in one_line(err)

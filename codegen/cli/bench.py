@@ -30,10 +30,10 @@ __all__ = ["format_table", "register"]
 def _inputs(args) -> tuple:
     """The workload and target the flags name; UsageError when they name none."""
     from ..targets import as_target
-    from ..workloads import workload
+    from .workloads import cli_workload
 
     try:
-        return workload(args.workload), as_target(args.target)
+        return cli_workload(args.workload), as_target(args.target)
     except (ValueError, TypeError) as exc:  # a bad workload spec or target
         raise UsageError(str(exc)) from None
 

@@ -20,8 +20,8 @@ def check_on_workload(texts: list[str], spec: str, target: str | None, *, timeou
                       memory_mb: int) -> list[list[Diagnostic]]:
     """For each script (already clean of syntax and semantic errors), the ``apply``
     diagnostics of applying it to the workload ``spec``: empty when it applies.  A bad spec or
-    target is a ValueError; a worker that runs past ``timeout_s`` or above ``memory_mb`` MiB
-    is a diagnostic of that script, and the next script gets a fresh worker.
+    target is a UsageError or ValueError; a worker that runs past ``timeout_s`` or above
+    ``memory_mb`` MiB is a diagnostic of that script, and the next script gets a fresh worker.
 
     >>> check_on_workload(['block "C" -> C\\n'], "matmul(m=8,n=8,k=8)", None,
     ...                   timeout_s=300, memory_mb=4096)
@@ -30,9 +30,9 @@ def check_on_workload(texts: list[str], spec: str, target: str | None, *, timeou
     from ..measure.protocol import Applied, ApplyJob, WorkloadData
     from ..measure.worker import Worker, WorkerError
     from ..targets import as_target, target_dict
-    from ..workloads import workload
+    from .workloads import cli_workload
 
-    wl = workload(spec)
+    wl = cli_workload(spec)
     tgt = target_dict(as_target(target or "llvm"))
     if not texts:
         return []

@@ -71,10 +71,10 @@ def run_demo(spec: str, target: str, rules: str, seed: int) -> int:
 
 def cmd_demo(args) -> int:
     from ..targets import as_target
-    from ..workloads import workload
+    from .workloads import cli_workload
 
+    cli_workload(args.workload)
     try:  # bad flags are usage errors before the long part starts
-        workload(args.workload)
         rules = args.rules or default_rules(as_target(args.target))
     except ValueError as exc:  # WorkloadError, TargetError
         raise UsageError(str(exc)) from None

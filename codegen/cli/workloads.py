@@ -18,11 +18,41 @@ import json
 import sys
 from typing import Any
 
-from dragon_dsl.cli_kit import ExitCode, UsageError
+from dragon_dsl.cli_kit import ExitCode, UsageError, read_source
 
 from ..workloads.families import FAMILIES, WorkloadError
 
-__all__ = ["main", "register", "summarize"]
+__all__ = ["MAX_SCRIPT_BYTES", "cli_workload", "main", "register", "summarize"]
+
+# A TVMScript workload file is read whole and parsed by TVM: the command line refuses more.
+MAX_SCRIPT_BYTES = 4 * 2**20
+
+
+def cli_workload(spec: str):
+    """``codegen.workloads.workload(spec)`` for a command-line flag: a TVMScript file must be a
+    regular file of at most ``MAX_SCRIPT_BYTES`` (``file(path=/dev/zero)`` would be read without
+    end); any problem is a UsageError."""
+    from pathlib import Path
+
+    from ..workloads import parse_spec, workload
+
+    path = None
+    try:
+        family, kwargs = parse_spec(spec)
+        if family == "file":
+            path = Path(str(kwargs.get("path", "")))
+    except (WorkloadError, ValueError):
+        if Path(spec).exists():
+            path = Path(spec)
+    if path is not None and path.exists():
+        if not path.is_file():
+            raise UsageError(f"cannot read {path}: not a regular file")
+        if path.stat().st_size > MAX_SCRIPT_BYTES:
+            raise UsageError(f"cannot read {path}: larger than {MAX_SCRIPT_BYTES} bytes")
+    try:
+        return workload(spec)
+    except ValueError as exc:  # WorkloadError
+        raise UsageError(str(exc)) from None
 
 
 
@@ -115,9 +145,10 @@ def _flops_text(flops: float | None) -> str:
 
 
 def cmd_show(args) -> int:
-    from ..workloads import script_workload, workload
+    from ..workloads import script_workload
 
-    wl = script_workload(sys.stdin.read()) if args.workload == "-" else workload(args.workload)
+    wl = script_workload(read_source("-", max_bytes=MAX_SCRIPT_BYTES)) if args.workload == "-" \
+        else cli_workload(args.workload)
     info = summarize(wl)
     if args.json:
         print(json.dumps({**info, "script": wl.mod.script()}, indent=2))

@@ -76,12 +76,12 @@ def cmd_init_model(args) -> int:
 
 
 def _check_specs(config: TokenizerConfig) -> None:
+    from codegen.cli.workloads import cli_workload
     from codegen.targets import as_target
-    from codegen.workloads import workload
 
     try:
         for spec in config.workloads:
-            workload(spec)
+            cli_workload(spec)
         for target in config.targets:
             as_target(target)
     except ValueError as exc:  # WorkloadError, TargetError

@@ -66,13 +66,13 @@ def _load_model(path: str):
 
 
 def cmd_sample(args) -> int:
+    from codegen.cli.workloads import cli_workload
     from codegen.targets import as_target
-    from codegen.workloads import workload
 
     from ..propose import ProposeError, measured_latency, propose
 
     try:
-        wl = workload(args.workload)
+        wl = cli_workload(args.workload)
         as_target(args.target)
     except ValueError as exc:  # WorkloadError, TargetError
         raise UsageError(str(exc)) from None
