@@ -144,8 +144,9 @@ def encode(trace, *, postproc: str = "explicit", postproc_set: str | None = None
 
 def from_trace(trace, *, postproc: str = "explicit", postproc_set: str | None = None,
                workload: Any = None, target: Any = None) -> str:
-    """A TVM Trace (or its typed JSON form) as a canonical script: ``encode(...).text``, with
-    the post-processing of a trace straight from MetaSchedule trusted.
+    """A TVM Trace (or its typed JSON form) as a canonical script, for traces straight from
+    MetaSchedule: like ``encode(..., trust_postproc=True).text``, except that a trace that does
+    not replay on ``workload`` still encodes (its loops named ``l<N>``).
 
     Given the workload, loops are named after the workload's loops (``i``, ``j``, ``k``, and
     ``i0..i3`` for the tiles of ``i``); otherwise ``l<N>``.
