@@ -5,7 +5,7 @@
 'loops C -> i, j\\n'
 """
 
-from .api import Diagnostic, check, format, from_trace, to_schedule, to_trace
+from .api import Diagnostic, Encoded, check, encode, format, from_trace, to_schedule, to_trace
 from .ast import Program, Stmt
 from .errors import (
     DragonError,
@@ -15,20 +15,25 @@ from .errors import (
     TraceError,
     UnsupportedError,
 )
+from .limits import DEFAULT_LIMITS, Limits
 from .parser import parse
 from .tvm_bridge import trace_json
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "Diagnostic",
     "DragonError",
     "DslSemanticError",
     "DslSyntaxError",
+    "Encoded",
     "GrammarError",
+    "Limits",
     "Program",
     "Stmt",
     "TraceError",
     "UnsupportedError",
     "check",
+    "encode",
     "format",
     "from_trace",
     "parse",

@@ -20,7 +20,6 @@ import dataclasses
 import sys
 import typing
 from enum import IntEnum
-from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import DragonError
@@ -36,7 +35,8 @@ class ExitCode(IntEnum):
     OK = 0           # success: clean, formatted, applied, at least one correct result
     FINDINGS = 1     # the input was read but fails: check findings, unformatted files, a script
                      # that does not apply, no correct kernel, no sample that parses
-    USAGE = 2        # bad arguments or unreadable input; nothing was done
+    USAGE = 2        # bad arguments, or input that cannot be read (missing, not UTF-8, too
+                     # large); with several files the others are still processed
     INTERRUPTED = 130
 
 
@@ -45,14 +45,32 @@ class UsageError(DragonError):
     Subcommands added through ``dragon.commands`` raise it too."""
 
 
-def read_source(path: str) -> str:
-    """A file's text, or standard input for ``-``; UsageError when it cannot be read."""
-    if path == "-":
-        return sys.stdin.read()
+def read_source(path: str, *, max_bytes: int | None = None) -> str:
+    """A file's text (UTF-8), or standard input's for ``-``; UsageError when it cannot be read,
+    is not UTF-8, or is larger than ``max_bytes`` (``dragon_dsl.limits.DEFAULT_LIMITS`` when
+    not given): at most that many bytes are ever read, so ``/dev/zero`` ends too."""
+    from .limits import DEFAULT_LIMITS
+
+    limit = DEFAULT_LIMITS.max_bytes if max_bytes is None else max_bytes
+    name = "standard input" if path == "-" else path
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from None
+        if path == "-":
+            stream = getattr(sys.stdin, "buffer", sys.stdin)  # text when a test replaced it
+            data = stream.read(limit + 1)
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise UsageError(f"cannot read {name}: larger than {limit} bytes (--max-bytes)")
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"cannot read {name}: not UTF-8 ({exc.reason} at byte {exc.start})") \
+            from None
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, config: type, *,

@@ -10,24 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .ast import Dict, Expr, Imm, IndexMapValue, Program, Ref, Stmt, map_refs, refs_in
-from .errors import DslSemanticError
+from .errors import DslSemanticError, UnsupportedError
 from .grammar import reserved_words
 from .statements import SPECS, SPECS_BY_KIND, Attr, In, NoFit, Rest, Spec
-from .tvm_bridge import OUTPUT_TYPES, Inst
+from .tvm_bridge import ALL_KINDS, OUTPUT_TYPES, Inst
 
 __all__ = ["ALL_KINDS", "POSTPROC_SETS", "decode_program", "encode_insts", "same_value"]
-
-# Every schedule instruction kind TVM 0.27 registers (tests check this against TVM).
-ALL_KINDS = (
-    "AddUnitLoop Annotate AnnotateBufferAccess Bind Blockize CacheIndex CacheInplace CacheRead "
-    "CacheWrite ComputeAt ComputeInline DecomposePadding DecomposeReduction EnterPostproc Fuse "
-    "FuseReductionEpilogue GetChildBlocks GetConsumers GetLoops GetOutputBlocks GetProducers "
-    "GetSBlock LoopPartition Merge PadEinsum Parallel RFactor ReIndex ReadAt ReindexCacheRead "
-    "ReindexCacheWrite Reorder ReorderBlockIterVar ReverseComputeAt ReverseComputeInline "
-    "RollingBuffer SampleCategorical SampleComputeLocation SamplePartitionedTile "
-    "SamplePerfectTile SetScope Split StorageAlign Tensorize TransformBlockLayout "
-    "TransformLayout Unannotate Unroll UnsafeHideBufferAccess UnsafeSetDType Vectorize WriteAt"
-).split()
 
 POSTPROC_SETS = ("llvm", "cuda", "cuda-tensorcore", "hexagon")
 _DEFAULT_MAX_INNER = 64
@@ -138,6 +126,8 @@ def _encode_spec(spec: Spec, inst: Inst, targets: list[str]) -> Stmt | None:
             if isinstance(slot.where, Rest):
                 converted = tuple(slot.codec.to_script(v) for v in value)
                 if spec.spread:
+                    if not converted:  # the grammar spells one name or more
+                        raise NoFit
                     args.extend(converted)
                 else:
                     args.append(converted)
@@ -261,6 +251,9 @@ def encode_insts(insts: list[Inst], *, postproc: str = "explicit",
     i = 0
     while i < len(insts):
         inst = insts[i]
+        if inst.kind not in ALL_KINDS:  # the decoder would refuse @Kind: say so now
+            raise UnsupportedError(f"instruction {i}: the language has no form for the "
+                                   f"instruction kind {inst.kind!r}", kind=inst.kind)
         if inst.kind == "EnterPostproc" and not (inst.inputs or inst.attrs or inst.outputs) \
                 and inst.decision is None:
             if postproc == "auto":
@@ -468,9 +461,11 @@ class _Decoder:
                     "many": "at least one result"}[spec.outputs]
             raise self.error(f"{stmt.op} gives {want}, but {n} names follow '->'",
                              stmt.line, stmt.column)
-        if spec.kind in ("SamplePerfectTile", "SamplePartitionedTile") and len(args[1]) != n:
-            raise self.error(f"{stmt.op} samples {len(args[1])} factors but binds {n} names",
-                             stmt.line, stmt.column)
+        if spec.kind in ("SamplePerfectTile", "SamplePartitionedTile"):
+            if len(args[1]) != n:
+                raise self.error(f"{stmt.op} samples {len(args[1])} factors but binds {n} names",
+                                 stmt.line, stmt.column)
+            self.check_factors(stmt, args[1])
         if spec.kind == "SampleCategorical":
             candidates, choice = args[0], args[1]
             if not 0 <= choice < len(candidates):
@@ -481,6 +476,13 @@ class _Decoder:
                 raise self.error("probs must have one entry per candidate", stmt.line,
                                  stmt.column)
 
+    def check_factors(self, stmt: Stmt, factors) -> None:
+        """A sampled tile's factors are the sizes of its loops: each at least 1."""
+        for factor in factors:
+            if isinstance(factor, int) and factor < 1:
+                raise self.error(f"{stmt.op} factor {factor} must be positive (a factor is the "
+                                 "extent of one of the loops it makes)", stmt.line, stmt.column)
+
     def tile(self, stmt: Stmt) -> None:
         loop, factors = stmt.args
         self.resolve(loop, "loop", stmt)
@@ -489,6 +491,7 @@ class _Decoder:
                              f"{len(stmt.targets)} names", stmt.line, stmt.column)
         if not factors:
             raise self.error("tile needs at least one factor", stmt.line, stmt.column)
+        self.check_factors(stmt, factors)
         self.counter += 1
         hidden = [f"%tile{self.counter}.{k}" for k in range(len(factors))]
         named = stmt.options.get("factors")

@@ -18,6 +18,7 @@ from lark import Token, Transformer, v_args
 from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt, Word
 from .errors import DragonError, DslSyntaxError
 from .grammar import grammar_text, option_keys, statement_options
+from .limits import DEFAULT_LIMITS, Limits
 from .statements import annotation_key
 
 __all__ = ["parse", "parser"]
@@ -31,6 +32,11 @@ _SUFFIX_DTYPES = {
 
 _FLOAT_MAX = {"float16": 65504.0, "float32": 3.4028234663852886e38,
               "float64": 1.7976931348623157e308}
+
+
+def _short(text: str) -> str:
+    """A literal as an error message shows it: long ones cut in the middle."""
+    return text if len(text) <= 24 else f"{text[:10]}...{text[-10:]} ({len(text)} characters)"
 
 
 def _int_range(dtype: str) -> tuple[int, int]:
@@ -60,19 +66,35 @@ def parse_number(text: str):
             if dtype.startswith("float"):
                 value = float(body)
                 if not abs(value) <= _FLOAT_MAX[dtype]:
-                    raise ValueError(f"{body} is out of the range of {dtype} "
+                    raise ValueError(f"{_short(body)} is out of the range of {dtype} "
                                      f"(magnitude at most {_FLOAT_MAX[dtype]:g})")
                 return Imm(dtype, value)
             if "." in body or "e" in body.lower():
-                raise ValueError(f"integer dtype {dtype} with a non-integer value {body!r}")
+                raise ValueError(f"integer dtype {dtype} with a non-integer value "
+                                 f"{_short(body)!r}")
             low, high = _int_range(dtype)
-            if not low <= int(body) <= high:
-                raise ValueError(f"{body} is out of the range of {dtype} ({low} to {high})")
+            # Beyond 40 digits no dtype holds it (and int() of thousands of digits is refused).
+            if len(body) > 40 or not low <= int(body) <= high:
+                raise ValueError(f"{_short(body)} is out of the range of {dtype} "
+                                 f"({low} to {high})")
             return Imm(dtype, int(body))
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"{text} is out of the range of a 64-bit float")
+        raise ValueError(f"{_short(text)} is out of the range of a 64-bit float")
     return value
+
+
+# Python refuses to convert more than 4300 digits (sys.get_int_max_str_digits); a literal
+# that long is never a schedule's, so the language stops a little below.
+MAX_INT_DIGITS = 4000
+
+
+def parse_int(text: str) -> int:
+    """An INT token: a POD integer (of at most ``MAX_INT_DIGITS`` digits)."""
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {digits} digits: at most {MAX_INT_DIGITS} are allowed")
+    return int(text)
 
 
 class _Option:
@@ -166,9 +188,20 @@ def expr_dtype(value) -> str | None:
 
 @v_args(inline=True)
 class _ToAst(Transformer):
+    def __init__(self, limits: Limits = DEFAULT_LIMITS) -> None:
+        super().__init__()
+        self.limits = limits
+        self.range_names = 0  # names the ranges seen so far stand for
+
+    def _bounded(self, items, what: str):
+        if len(items) > self.limits.max_list:
+            raise _UserError(f"{what} has {len(items)} items; at most {self.limits.max_list} "
+                             "are allowed (--max-list)")
+        return items
+
     # ---- tokens --------------------------------------------------------------------
     def INT(self, tok):
-        return int(tok)
+        return parse_int(str(tok))
 
     def NUMBER(self, tok):
         return parse_number(str(tok))
@@ -202,7 +235,7 @@ class _ToAst(Transformer):
         return Ref(str(tok), tok.line, tok.column)
 
     def outs(self, *items):
-        names = _flatten(items)
+        names = self._bounded(_flatten(items), "the list of results")
         outs = _Outs(n.name for n in names)
         outs.positions = [(n.line, n.column) for n in names]
         return outs
@@ -213,8 +246,14 @@ class _ToAst(Transformer):
             raise _UserError(f"{first.name}..{last.name} is not a range: expected the same "
                              "prefix and increasing numbers, as in l3..l6")
         prefix, start, stop = a.group(1), int(a.group(2)), int(b.group(2))
-        if stop - start > 4096:
-            raise _UserError(f"{first.name}..{last.name} is longer than 4096 names")
+        count = stop - start + 1
+        if count > self.limits.max_list:
+            raise _UserError(f"{first.name}..{last.name} stands for {count} names; at most "
+                             f"{self.limits.max_list} are allowed (--max-list)")
+        self.range_names += count
+        if self.range_names > self.limits.max_names:
+            raise _UserError(f"the ranges of this script stand for more than "
+                             f"{self.limits.max_names} names (--max-names)")
         return _RangeList(Ref(f"{prefix}{k}", first.line, first.column)
                           for k in range(start, stop + 1))
 
@@ -222,18 +261,21 @@ class _ToAst(Transformer):
         return _Option("factors", tuple(outs))
 
     def name_list(self, *items):
-        return tuple(_flatten(items))
+        return tuple(self._bounded(_flatten(items), "a list"))
 
     int_list = name_list
     factor_list = name_list
 
     def list(self, *items):
-        return tuple(items)
+        return tuple(self._bounded(items, "a list"))
 
     def dict(self, *pairs):
-        return Dict(tuple(pairs))
+        return Dict(tuple(self._bounded(pairs, "a dict")))
 
     def pair(self, key, value):
+        if isinstance(key, tuple | Dict):  # TVM's maps in traces are keyed by scalars
+            raise _UserError("a dict key must be a string, number, name or none, not a "
+                             f"{'list' if isinstance(key, tuple) else 'dict'}")
         return (key, value)
 
     def ann_key(self, tok):
@@ -242,10 +284,10 @@ class _ToAst(Transformer):
         return tok
 
     def inputs(self, *values):
-        return _Section("inputs", values)
+        return _Section("inputs", self._bounded(values, "the inputs"))
 
     def attrs(self, *values):
-        return _Section("attrs", values)
+        return _Section("attrs", self._bounded(values, "the attrs"))
 
     # ---- expressions ---------------------------------------------------------------
     def add(self, a, b):
@@ -270,6 +312,7 @@ class _ToAst(Transformer):
         return Expr("cast", (value,), dtype)
 
     def map_body(self, *items):
+        self._bounded(items, "an index map")
         params = [i for i in items if isinstance(i, _Param)]
         results = [i for i in items if not isinstance(i, _Param)]
         return _MapBody(params, results)
@@ -294,7 +337,7 @@ class _UserError(DragonError):
     """Raised inside the transformer; ``parse`` turns it into a located DslSyntaxError."""
 
 
-def _statement(op: str, children: list, meta) -> Stmt:
+def _statement(op: str, children: list, meta, limits: Limits) -> Stmt:
     stmt = Stmt(op, line=getattr(meta, "line", None), column=getattr(meta, "column", None))
     for child in children:
         if isinstance(child, _Option):
@@ -314,13 +357,16 @@ def _statement(op: str, children: list, meta) -> Stmt:
             stmt.op = str(child)
         else:
             stmt.args.append(child)
+    if len(stmt.args) > limits.max_list:
+        raise _UserError(f"{op} has {len(stmt.args)} arguments; at most {limits.max_list} are "
+                         "allowed (--max-list)")
     return stmt
 
 
 def _make_stmt_method(op: str):
     @v_args(meta=True)
     def method(self, meta, children):
-        return _statement(op, list(children), meta)
+        return _statement(op, list(children), meta, self.limits)
 
     return method
 
@@ -343,12 +389,14 @@ def _install_rules() -> None:
 _install_rules()
 
 
-def parse(text: str | bytes) -> Program:
-    """Parse a script into a ``Program``.
+def parse(text: str | bytes, *, limits: Limits | None = None) -> Program:
+    """Parse a script into a ``Program``; ``limits`` (``dragon_dsl.limits.DEFAULT_LIMITS`` when
+    not given) bounds its size, its ranges, lists and nesting.
 
     >>> parse('block "C" -> C').statements[0].args
     ['C']
     """
+    limits = limits or DEFAULT_LIMITS
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -357,11 +405,17 @@ def parse(text: str | bytes) -> Program:
                                  line=1, column=1) from None
     if not isinstance(text, str):
         raise TypeError(f"Expected str or bytes but got text={type(text).__name__}")
+    size = len(text) if len(text) * 4 <= limits.max_bytes else \
+        len(text.encode("utf-8", "surrogatepass"))
+    if size > limits.max_bytes:
+        raise DslSyntaxError(f"the script is {size} bytes; at most {limits.max_bytes} are "
+                             "allowed (--max-bytes)", line=1, column=1)
     source = text if text.endswith("\n") else text + "\n"
     lines = source.split("\n")
     try:
         tree = parser().parse(source)
-        statements = _ToAst().transform(tree)
+        _check_depth(tree, limits.max_depth, lines)
+        statements = _ToAst(limits).transform(tree)
         program = Program(statements, source=text)
         _attach_comments(program, lines)
     except lark.exceptions.UnexpectedInput as exc:
@@ -381,6 +435,23 @@ def parse(text: str | bytes) -> Program:
             source_line=lines[line - 1] if line else None,
         ) from None
     return program
+
+
+def _check_depth(tree: lark.Tree, max_depth: int, lines: list[str]) -> None:
+    """Values nest at most ``max_depth`` deep below their statement (every later stage walks
+    them recursively); measured without recursion, and reported where the limit is crossed."""
+    stack = [(stmt, 0) for stmt in tree.children if isinstance(stmt, lark.Tree)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            meta = node.meta
+            line = None if meta.empty else meta.line
+            column = None if meta.empty else meta.column
+            raise DslSyntaxError(f"values nest more than {max_depth} deep (--max-depth)",
+                                 line=line, column=column,
+                                 source_line=lines[line - 1] if line else None)
+        stack.extend((child, depth + 1) for child in node.children
+                     if isinstance(child, lark.Tree))
 
 
 def _attach_comments(program: Program, lines: list[str]) -> None:

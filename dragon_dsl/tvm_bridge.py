@@ -8,6 +8,7 @@ and random variables wired by identity.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Ref, refs_in
 from .errors import TraceError, UnsupportedError
 
 __all__ = [
+    "ALL_KINDS",
     "Inst",
     "OUTPUT_TYPES",
     "insts_from_json",
@@ -22,6 +24,18 @@ __all__ = [
     "trace_from_insts",
     "trace_json",
 ]
+
+# Every schedule instruction kind TVM 0.27 registers (tests check this against TVM).
+ALL_KINDS = (
+    "AddUnitLoop Annotate AnnotateBufferAccess Bind Blockize CacheIndex CacheInplace CacheRead "
+    "CacheWrite ComputeAt ComputeInline DecomposePadding DecomposeReduction EnterPostproc Fuse "
+    "FuseReductionEpilogue GetChildBlocks GetConsumers GetLoops GetOutputBlocks GetProducers "
+    "GetSBlock LoopPartition Merge PadEinsum Parallel RFactor ReIndex ReadAt ReindexCacheRead "
+    "ReindexCacheWrite Reorder ReorderBlockIterVar ReverseComputeAt ReverseComputeInline "
+    "RollingBuffer SampleCategorical SampleComputeLocation SamplePartitionedTile "
+    "SamplePerfectTile SetScope Split StorageAlign Tensorize TransformBlockLayout "
+    "TransformLayout Unannotate Unroll UnsafeHideBufferAccess UnsafeSetDType Vectorize WriteAt"
+).split()
 
 # The type of every output of each instruction kind: "block", "loop" or "var".
 OUTPUT_TYPES: dict[str, str] = {
@@ -163,8 +177,12 @@ def value_from_tvm(obj, names, kind: str):
     if isinstance(obj, tvm.ir.Array | list | tuple):
         return tuple(value_from_tvm(v, names, kind) for v in obj)
     if isinstance(obj, tvm.ir.Map | dict):
-        return Dict(tuple((value_from_tvm(k, names, kind), value_from_tvm(v, names, kind))
-                          for k, v in obj.items()))
+        items = tuple((value_from_tvm(k, names, kind), value_from_tvm(v, names, kind))
+                      for k, v in obj.items())
+        if any(isinstance(k, tuple | Dict) for k, _ in items):
+            raise UnsupportedError(f"{kind}: the language has no form for a Map keyed by a "
+                                   "list or Map", kind=kind)
+        return Dict(items)
     raise UnsupportedError(f"{kind}: the language has no form for a {type(obj).__name__}",
                            kind=kind)
 
@@ -308,20 +326,53 @@ def trace_json(trace, remove_postproc: bool = False):
     return _jsonable(_ffi_api.TraceAsJSON(trace, remove_postproc))
 
 
+def _json_imm(kind: str, form: str, body) -> Imm:
+    """``{"IntImm": [dtype, value]}`` or ``{"FloatImm": [...]}``, checked as the parser checks
+    a literal, so that what a trace file holds can be written as a script."""
+    from .parser import _FLOAT_MAX, _SUFFIX_DTYPES, _int_range
+
+    if not (isinstance(body, list) and len(body) == 2 and isinstance(body[0], str)):
+        raise TraceError(f"{kind}: expected {{{form!r}: [dtype, value]}} but got {body!r:.80}")
+    dtype, value = body
+    known = dtype in _SUFFIX_DTYPES.values()
+    family = r"u?int[0-9]+|bool" if form == "IntImm" else r"b?float[0-9]+"
+    if not re.fullmatch(family, dtype):
+        raise TraceError(f"{kind}: an {form} of dtype {dtype[:40]!r}")
+    if form == "IntImm":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TraceError(f"{kind}: an IntImm's value must be an integer, not {value!r:.40}")
+        if known and not dtype.startswith("float"):
+            low, high = _int_range(dtype)
+            if not low <= value <= high:
+                raise TraceError(f"{kind}: {str(value)[:40]} is out of the range of {dtype}")
+        return Imm(dtype, value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TraceError(f"{kind}: a FloatImm's value must be a number, not {value!r:.40}")
+    value = float(value)
+    if dtype in _FLOAT_MAX and not abs(value) <= _FLOAT_MAX[dtype] and value == value:
+        raise TraceError(f"{kind}: {value} is out of the range of {dtype}")
+    return Imm(dtype, value)
+
+
 def _from_json_value(obj, names: dict[str, str], kind: str, is_input: bool):
     tvm, _, _ = _tvm()
     if isinstance(obj, dict):
         if set(obj) == {"IntImm"}:
-            dtype, v = obj["IntImm"]
-            return Imm(dtype, int(v))
+            return _json_imm(kind, "IntImm", obj["IntImm"])
         if set(obj) == {"FloatImm"}:
-            dtype, v = obj["FloatImm"]
-            return Imm(dtype, float(v))
-        if set(obj) == {"Map"}:
-            return Dict(tuple((_from_json_value(k, names, kind, is_input),
-                               _from_json_value(v, names, kind, is_input))
-                              for k, v in obj["Map"]))
-        raise TraceError(f"{kind}: unexpected JSON object {obj!r}")
+            return _json_imm(kind, "FloatImm", obj["FloatImm"])
+        if set(obj) == {"Map"} and isinstance(obj["Map"], list):
+            pairs = []
+            for pair in obj["Map"]:
+                if not (isinstance(pair, list) and len(pair) == 2):
+                    raise TraceError(f"{kind}: a Map's entries must be [key, value] pairs")
+                key = _from_json_value(pair[0], names, kind, is_input)
+                if isinstance(key, tuple | Dict):
+                    raise TraceError(f"{kind}: a Map keyed by a list or Map, which the "
+                                     "language cannot write")
+                pairs.append((key, _from_json_value(pair[1], names, kind, is_input)))
+            return Dict(tuple(pairs))
+        raise TraceError(f"{kind}: unexpected JSON object {str(obj)[:80]}")
     if isinstance(obj, list):
         return tuple(_from_json_value(v, names, kind, is_input) for v in obj)
     if isinstance(obj, str):
@@ -329,7 +380,11 @@ def _from_json_value(obj, names: dict[str, str], kind: str, is_input: bool):
             try:
                 index_map = tvm.ir.load_json(obj)
             except Exception as exc:  # noqa: BLE001  TVM raises its own error types
-                raise TraceError(f"{kind}: an index map's JSON does not load: {exc}") from None
+                raise TraceError(f"{kind}: an index map's JSON does not load: "
+                                 f"{str(exc)[:200]}") from None
+            if not isinstance(index_map, tvm.tirx.IndexMap):
+                raise TraceError(f"{kind}: expected an index map's JSON but got a "
+                                 f"{type(index_map).__name__}")
             return _index_map_from_tvm(index_map, lambda var: names.get(str(var.name)), kind)
         if not is_input:
             return obj
@@ -338,23 +393,37 @@ def _from_json_value(obj, names: dict[str, str], kind: str, is_input: bool):
         if len(obj) >= 2 and obj[0] == obj[-1] == '"':
             return obj[1:-1]
         if obj not in names:
-            raise TraceError(f"{kind}: uses {obj!r}, which no earlier instruction defines")
+            raise TraceError(f"{kind}: uses {obj[:80]!r}, which no earlier instruction defines")
         return Ref(obj)
-    return obj
+    if obj is None or isinstance(obj, bool | int | float):
+        return obj
+    raise TraceError(f"{kind}: unexpected JSON value {obj!r:.80}")
+
+
+_OUTPUT_PREFIXES = {"b": "block", "l": "loop", "v": "var"}
 
 
 def insts_from_json(data) -> list[Inst]:
-    """Inst records from ``trace_json`` output (after a trip through a JSON file)."""
-    try:
-        json_insts, json_decisions = data
-        decisions = {}
-        for entry in json_decisions:
+    """Inst records from ``trace_json`` output (after a trip through a JSON file).  Anything
+    else (another shape, an unknown instruction kind, a value TVM could not hold) is a
+    TraceError that names the instruction."""
+    if not (isinstance(data, list | tuple) and len(data) == 2
+            and all(isinstance(part, list | tuple) for part in data)):
+        raise TraceError(f"trace JSON must be [instructions, decisions] but got "
+                         f"{json_preview(data)}")
+    json_insts, json_decisions = data
+    decisions = {}
+    for entry in json_decisions:
+        try:
             index, decision = entry
             if isinstance(index, dict):
                 index = index["IntImm"][1]
-            decisions[int(index)] = decision
-    except (TypeError, ValueError, KeyError, IndexError) as exc:
-        raise TraceError(f"trace JSON must be [instructions, decisions]: {exc}") from None
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise TypeError(f"the index {index!r:.40} is not an integer")
+        except (TypeError, ValueError, KeyError, IndexError) as exc:
+            raise TraceError(f"trace JSON must be [instructions, decisions] with decisions "
+                             f"[index, decision]: {exc}") from None
+        decisions[index] = decision
     names: dict[str, str] = {}
     insts = []
     for i, entry in enumerate(json_insts):
@@ -363,13 +432,40 @@ def insts_from_json(data) -> list[Inst]:
         except (TypeError, ValueError):
             raise TraceError(f"instruction {i}: expected [kind, inputs, attrs, outputs] but got "
                              f"{str(entry)[:80]}") from None
-        inputs = [_from_json_value(v, names, kind, True) for v in inputs]
-        attrs = [_from_json_value(v, names, kind, False) for v in attrs]
-        decision = decisions.get(i)
-        decision = None if decision is None else _from_json_value(decision, names, kind, False)
+        if not isinstance(kind, str) or kind not in ALL_KINDS:
+            raise TraceError(f"instruction {i}: unknown instruction kind {str(kind)[:80]!r}")
+        if not (isinstance(inputs, list) and isinstance(attrs, list)
+                and isinstance(outputs, list) and all(isinstance(o, str) for o in outputs)):
+            raise TraceError(f"instruction {i} ({kind}): expected lists of inputs, attrs and "
+                             "output names")
+        try:
+            inputs = [_from_json_value(v, names, kind, True) for v in inputs]
+            attrs = [_from_json_value(v, names, kind, False) for v in attrs]
+            decision = decisions.get(i)
+            decision = None if decision is None else \
+                _from_json_value(decision, names, kind, False)
+        except TraceError as exc:
+            raise TraceError(f"instruction {i}: {exc}") from None
+        except (TypeError, ValueError, AttributeError, OverflowError, RecursionError) as exc:
+            raise TraceError(f"instruction {i} ({kind}): a malformed value: "
+                             f"{str(exc)[:200]}") from None
+        types = {_OUTPUT_PREFIXES.get(name[:1]) for name in outputs}
+        if outputs and (len(types) != 1 or OUTPUT_TYPES.get(kind) not in types or
+                        not all(name[1:].isdigit() for name in outputs)):
+            want = OUTPUT_TYPES.get(kind)
+            raise TraceError(f"instruction {i} ({kind}): " + (
+                "has no results" if want is None else
+                f"its results are {want}s, named {want[0]}<N>") +
+                f", but the JSON names {', '.join(outputs)[:80]}")
         for name in outputs:
             names[name] = name
-        output_type = {"b": "block", "l": "loop", "v": "var"}.get(outputs[0][:1]) if outputs \
-            else OUTPUT_TYPES.get(kind)
+        output_type = types.pop() if outputs else OUTPUT_TYPES.get(kind)
         insts.append(Inst(kind, inputs, attrs, list(outputs), decision, output_type))
     return insts
+
+
+def json_preview(data) -> str:
+    """A short description of a JSON value, for messages."""
+    if data is None or isinstance(data, bool | int | float):
+        return f"{data!r:.40}"
+    return f"a {type(data).__name__} ({str(data)[:40]})"

@@ -124,3 +124,90 @@ def test_encode_tvm_database_json_with_workload(tmp_path):
     trace.apply_to_schedule(a, remove_postproc=False)
     decoded.apply_to_schedule(b, remove_postproc=False)
     assert tvm_ffi.structural_equal(a.mod, b.mod)
+
+
+# ---- faithful conversion (issue 10, items 5-7) ---------------------------------------------
+
+PAIR_LLVM = GOLDEN / "pairs" / "matmul_llvm"   # sampled by MetaSchedule
+MATMUL = "matmul(m=128,n=128,k=128)"
+
+
+def dragon(argv, capsys, stdin=None, monkeypatch=None):
+    """``dragon ARGV`` in-process: (exit code, stdout, stderr)."""
+    if stdin is not None:
+        import io
+
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err
+    return code, out, err
+
+
+def test_encode_postproc_auto_keeps_edited_postprocessing(tmp_path, capsys, monkeypatch):
+    """A trace edited after EnterPostproc must not be elided to `postproc auto`, which would
+    decode to MetaSchedule's postprocessing instead of the edited one."""
+    data = json.loads(PAIR_LLVM.with_suffix(".trace.json").read_text())
+    [index] = [i for i, inst in enumerate(data[0])
+               if inst[0] == "Annotate" and inst[2] == ["pragma_auto_unroll_max_step"]]
+    assert data[0][index][1][1] == {"IntImm": ["int32", 64]}
+    data[0][index][1][1] = {"IntImm": ["int32", 16]}
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data))
+    for flags in ([], ["--workload", MATMUL, "--target", "llvm"]):
+        code, out, err = dragon(["encode", path, "--postproc", "auto", *flags], capsys)
+        assert code == 0, err
+        assert "postproc auto" not in out and "kept explicit" in err
+        code, decoded, _ = dragon(["decode", "-"], capsys, out, monkeypatch)
+        assert code == 0 and json.loads(decoded) == data
+    code, out, err = dragon(["encode", PAIR_LLVM.with_suffix(".trace.json"), "--postproc", "auto",
+                             "--workload", MATMUL, "--target", "llvm"], capsys)
+    assert code == 0 and out.endswith("postproc auto llvm\n") and not err
+
+
+def test_encode_postproc_auto_in_the_api():
+    import dragon_dsl
+    from codegen import workload
+
+    data = json.loads(PAIR_LLVM.with_suffix(".trace.json").read_text())
+    assert dragon_dsl.encode(data, postproc="auto").postproc == "explicit"
+    assert dragon_dsl.encode(data, postproc="auto", trust_postproc=True).postproc == "trusted"
+    encoded = dragon_dsl.encode(data, postproc="auto", workload=workload(MATMUL), target="llvm")
+    assert encoded.postproc == "verified" and encoded.text.endswith("postproc auto llvm\n")
+
+
+def test_encode_untyped_trace_on_the_wrong_workload_names_the_instruction(tmp_path, capsys):
+    """TVM's replay re-samples a decision that does not fit; encode must refuse, not write
+    the re-sampled tile."""
+    import dragon_dsl
+
+    trace = dragon_dsl.to_trace(PAIR_LLVM.with_suffix(".dragon").read_text())
+    path = tmp_path / "untyped.json"
+    path.write_text(json.dumps(trace.as_json(), default=lambda o: o.value))
+    code, out, err = dragon(["encode", path, "--workload", "matmul(m=7,n=13,k=3)"], capsys)
+    assert code == 1 and not out
+    assert "instruction 4 (SamplePerfectTile)" in err and "[8, 2, 8, 1]" in err
+    code, out, _ = dragon(["encode", path, "--workload", MATMUL], capsys)
+    assert code == 0 and "tile i [8, 2, 8, 1] -> i0..i3" in out
+    code, _, err = dragon(["encode", PAIR_LLVM.with_suffix(".trace.json"), "--workload",
+                           "matmul(m=7,n=13,k=3)"], capsys)
+    assert code == 1 and "instruction 4 (SamplePerfectTile)" in err
+
+
+def test_encode_refuses_an_unknown_instruction_kind(tmp_path, capsys):
+    data = json.loads(PAIR_LLVM.with_suffix(".trace.json").read_text())
+    data[0].insert(2, ["NoSuchKind", [], [], []])
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(data))
+    code, out, err = dragon(["encode", path], capsys)
+    assert code == 1 and not out
+    assert "instruction 2: unknown instruction kind 'NoSuchKind'" in err
+
+
+def test_check_without_workload_is_fast():
+    """No TVM, torch or subcommand plugins for a syntax check (it took 4 to 9 s)."""
+    import time
+
+    start = time.perf_counter()
+    assert run(["check", str(SCRIPT)]).returncode == 0
+    assert time.perf_counter() - start < 5  # a cold interpreter; about 0.5 s when idle

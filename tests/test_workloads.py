@@ -252,8 +252,9 @@ def test_sampled_shapes_come_from_real_models():
 def test_cli_list(capsys):
     assert workloads_main(["list"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(FAMILIES)
+    assert len(lines) == len(FAMILIES) + 1  # and the model(...) workloads
     assert lines[0].startswith("matmul(m=64,n=64,k=64,dtype=float32)")
+    assert lines[-1].startswith("model(name=bert,preset=tiny,task=0)")
     assert workloads_main(["list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert listed[0]["family"] == "matmul" and listed[0]["dtypes"] == ["float32", "float16",

@@ -9,6 +9,7 @@ errors.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -29,10 +30,10 @@ __all__ = ["format_table", "register"]
 def _inputs(args) -> tuple:
     """The workload and target the flags name; UsageError when they name none."""
     from ..targets import as_target
-    from ..workloads import workload
+    from .workloads import cli_workload
 
     try:
-        return workload(args.workload), as_target(args.target)
+        return cli_workload(args.workload), as_target(args.target)
     except (ValueError, TypeError) as exc:  # a bad workload spec or target
         raise UsageError(str(exc)) from None
 
@@ -44,11 +45,17 @@ def cmd_apply(args) -> int:
     from ..measure.worker import Worker, WorkerError
     from ..targets import target_dict
 
+    if not args.timeout > 0:
+        raise UsageError(f"Expected --timeout > 0 but got --timeout {args.timeout}")
+    if args.memory_limit_mb < 1:
+        raise UsageError(f"Expected --memory-limit-mb >= 1 but got --memory-limit-mb "
+                         f"{args.memory_limit_mb}")
     text = read_source(args.script)
     wl, target = _inputs(args)
     name = "<stdin>" if args.script == "-" else args.script
     try:
-        with Worker() as worker:  # TVM's schedule primitives can abort the process
+        # TVM's schedule primitives can abort the process, hang, or take gigabytes.
+        with Worker(memory_limit_mb=args.memory_limit_mb) as worker:
             reply = worker.call(ApplyJob(WorkloadData.of(wl), text, target_dict(target)),
                                 timeout=args.timeout)
     except WorkerError as exc:
@@ -103,13 +110,20 @@ def cmd_bench(args) -> int:
         if not args.json:
             print(message, file=sys.stderr, flush=True)
 
-    scripts = {path: read_source(path) for path in args.scripts}
-    wl, target = _inputs(args)
     names = [] if args.baselines == "none" else [b.strip() for b in args.baselines.split(",")]
     unknown = sorted(set(names) - set(BASELINES))
     if unknown:
         raise UsageError(f"Expected baselines from {list(BASELINES)} but got {unknown}")
+    if not names and not args.scripts:
+        raise UsageError("nothing to measure: give scripts, baselines, or both")
+    if "metaschedule" in names and args.trials < 1:
+        raise UsageError(f"Expected --trials >= 1 for the metaschedule baseline but got "
+                         f"--trials {args.trials}")
+    if args.builders is not None and args.builders < 1:
+        raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
     config = config_from_args(MeasureConfig, args)
+    scripts = {path: read_source(path) for path in args.scripts}
+    wl, target = _inputs(args)
     report = bench(wl, scripts, target, baselines=names, trials=args.trials, config=config,
                    cache=False if args.no_cache else None, builders=args.builders,
                    progress=progress)
@@ -134,21 +148,30 @@ def register(subparsers) -> None:
         "apply", help="apply a script to a workload and print the scheduled TVMScript",
         description="Apply a script to a workload (in a worker process) and print the "
                     "scheduled TVMScript, or the statement the kernel refuses.",
-        epilog="example: dragon apply examples/bert_ffn_llvm_0.dragon "
-               "--workload 'dense(m=128,n=3072,k=768,bias=1,act=gelu)'")
+        epilog="examples:\n  dragon apply examples/bert_ffn_llvm_0.dragon "
+               "--workload 'dense(m=128,n=3072,k=768,bias=1,act=gelu)'\n"
+               "  printf 'block \"C\" -> C\\n' | dragon apply - --workload "
+               "'matmul(m=64,n=64,k=64)'",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("script", help="a .dragon file, or - for standard input")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds the worker may take (default: 300)")
+    p.add_argument("--memory-limit-mb", type=int, default=MeasureConfig.memory_limit_mb,
+                   help="the worker is killed above this resident memory, in MiB "
+                        f"(default: {MeasureConfig.memory_limit_mb})")
     p.set_defaults(func=cmd_apply)
 
     p = subparsers.add_parser(
         "bench", help="build, verify and time scripts against baselines",
         description="Build, verify and time scripts and baselines on one device in one "
                     "session; print a table of medians and speedups.",
-        epilog="example: dragon bench examples/bert_ffn_llvm_*.dragon --workload "
-               "'dense(m=128,n=3072,k=768,bias=1,act=gelu)' --baselines unscheduled,default")
+        epilog="examples:\n  dragon bench examples/bert_ffn_llvm_*.dragon --workload "
+               "'dense(m=128,n=3072,k=768,bias=1,act=gelu)' --baselines unscheduled,default\n"
+               "  dragon bench --workload 'matmul(m=256,n=256,k=256)' --baselines "
+               "unscheduled,metaschedule --trials 16 --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("scripts", nargs="*", help=".dragon files (- for standard input)")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")

@@ -18,11 +18,41 @@ import json
 import sys
 from typing import Any
 
-from dragon_dsl.cli_kit import ExitCode, UsageError
+from dragon_dsl.cli_kit import ExitCode, UsageError, read_source
 
 from ..workloads.families import FAMILIES, WorkloadError
 
-__all__ = ["main", "register", "summarize"]
+__all__ = ["MAX_SCRIPT_BYTES", "cli_workload", "main", "register", "summarize"]
+
+# A TVMScript workload file is read whole and parsed by TVM: the command line refuses more.
+MAX_SCRIPT_BYTES = 4 * 2**20
+
+
+def cli_workload(spec: str):
+    """``codegen.workloads.workload(spec)`` for a command-line flag: a TVMScript file must be a
+    regular file of at most ``MAX_SCRIPT_BYTES`` (``file(path=/dev/zero)`` would be read without
+    end); any problem is a UsageError."""
+    from pathlib import Path
+
+    from ..workloads import parse_spec, workload
+
+    path = None
+    try:
+        family, kwargs = parse_spec(spec)
+        if family == "file":
+            path = Path(str(kwargs.get("path", "")))
+    except (WorkloadError, ValueError):
+        if Path(spec).exists():
+            path = Path(spec)
+    if path is not None and path.exists():
+        if not path.is_file():
+            raise UsageError(f"cannot read {path}: not a regular file")
+        if path.stat().st_size > MAX_SCRIPT_BYTES:
+            raise UsageError(f"cannot read {path}: larger than {MAX_SCRIPT_BYTES} bytes")
+    try:
+        return workload(spec)
+    except ValueError as exc:  # WorkloadError
+        raise UsageError(str(exc)) from None
 
 
 
@@ -36,15 +66,34 @@ def _family_line(name: str) -> str:
     return f"{name}({params}){dtypes}  # {family.doc}"
 
 
+_MODEL_DOC = ("A tuning task of a real model (imported through Relax; tasks in the order the "
+              "model calls them); batch= and seq= are optional.")
+
+
+def _model_entry() -> dict[str, Any]:
+    """The ``model(...)`` workloads: not an operator family, but listed with them."""
+    from ..workloads.model_zoo import MODELS
+
+    presets = sorted({p for entry in MODELS.values() for p in entry.presets})
+    return {"family": "model", "params": {"name": next(iter(MODELS)), "preset": "tiny",
+                                          "task": 0},
+            "dtypes": [], "choices": {"name": list(MODELS), "preset": presets},
+            "doc": _MODEL_DOC}
+
+
 def cmd_list(args) -> int:
+    model = _model_entry()
     if args.json:
         print(json.dumps([{"family": name, "params": dict(f.params),
                            "dtypes": list(f.dtypes) if "dtype" in f.params else [],
                            "choices": {k: list(v) for k, v in f.choices.items()},
-                           "doc": f.doc} for name, f in FAMILIES.items()], indent=2))
+                           "doc": f.doc} for name, f in FAMILIES.items()] + [model], indent=2))
     else:
         for name in FAMILIES:
             print(_family_line(name))
+        params = ",".join(f"{k}={v}" for k, v in model["params"].items())
+        print(f"model({params})  names={'|'.join(model['choices']['name'])}  "
+              f"presets={'|'.join(model['choices']['preset'])}  # {model['doc']}")
     return ExitCode.OK
 
 
@@ -96,9 +145,10 @@ def _flops_text(flops: float | None) -> str:
 
 
 def cmd_show(args) -> int:
-    from ..workloads import script_workload, workload
+    from ..workloads import script_workload
 
-    wl = script_workload(sys.stdin.read()) if args.workload == "-" else workload(args.workload)
+    wl = script_workload(read_source("-", max_bytes=MAX_SCRIPT_BYTES)) if args.workload == "-" \
+        else cli_workload(args.workload)
     info = summarize(wl)
     if args.json:
         print(json.dumps({**info, "script": wl.mod.script()}, indent=2))
@@ -145,13 +195,22 @@ def _guarded(command):
     return run
 
 
+def _examples(*lines: str) -> dict[str, Any]:
+    return {"epilog": "examples:\n" + "\n".join(f"  {e}" for e in lines),
+            "formatter_class": argparse.RawDescriptionHelpFormatter}
+
+
 def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="workloads_command", metavar="SUBCOMMAND")
-    p = sub.add_parser("list", help="the operator families, their parameters and defaults")
+    p = sub.add_parser("list", help="the operator families, their parameters and defaults",
+                       **_examples("dragon workloads list", "dragon workloads list --json"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guarded(cmd_list))
 
-    p = sub.add_parser("show", help="a workload's TVMScript and a summary of its loops")
+    p = sub.add_parser("show", help="a workload's TVMScript and a summary of its loops",
+                       **_examples("dragon workloads show 'matmul(m=64,n=64,k=64)'",
+                                   "dragon workloads show 'model(name=bert,preset=tiny,task=3)' "
+                                   "--no-script", "dragon workloads show kernel.py --json"))
     p.add_argument("workload", metavar="SPEC_OR_PATH",
                    help="a spec such as 'matmul(m=64,n=64,k=64)', a TVMScript .py file, "
                    "or - (TVMScript on stdin)")
@@ -159,7 +218,9 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--no-script", action="store_true", help="print only the summary")
     p.set_defaults(func=_guarded(cmd_show))
 
-    p = sub.add_parser("sample", help="distinct canonical specs from real-model shapes")
+    p = sub.add_parser("sample", help="distinct canonical specs from real-model shapes",
+                       **_examples("dragon workloads sample -n 20 --seed 1",
+                                   "dragon workloads sample -n 5 --family conv2d --json"))
     p.add_argument("-n", type=int, default=10, help="how many (default 10)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--family", action="append", metavar="F",
@@ -177,7 +238,11 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
 def register(subparsers) -> None:
     """Add ``dragon workloads`` (the ``dragon.commands`` entry point)."""
     p = subparsers.add_parser("workloads", help="list, show and sample workloads",
-                              description=__doc__.split("\n\n")[0])
+                              description="List the operator families, show a workload, "
+                                          "sample realistic specs.",
+                              **_examples("dragon workloads list",
+                                          "dragon workloads show 'conv2d(h=56,w=56,ci=64,co=64)'",
+                                          "dragon workloads sample -n 10"))
     _add_subcommands(p)
 
 

@@ -12,6 +12,7 @@ By default every token is constrained by the grammar narrowed to the workload
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from dragon_dsl.cli_kit import (
@@ -31,23 +32,56 @@ _FLAGS = ("n", "temperature", "top_p", "seed", "max_new_tokens", "batch_size", "
           "backend")
 
 
-def cmd_sample(args) -> int:
-    from codegen.workloads import workload
+def _refined(path: str) -> str:
+    """The script to refine; a UsageError (before any model is loaded) unless it is clean."""
+    import dragon_dsl
 
-    from ..propose import ProposeError, measured_latency, propose
+    text = read_source(path)
+    found = dragon_dsl.check(text)
+    if found:
+        name = "<stdin>" if path == "-" else path
+        raise UsageError(f"--refine {name}:{str(found[0]).splitlines()[0]}")
+    return text
+
+
+def _load_model(path: str):
+    """The model and tokenizer of a local directory; UsageError when they do not load (a
+    truncated weights file, a config that does not match the weights, no tokenizer)."""
+    from transformers.utils import logging as hf_logging
+
     from ..sampling import load
 
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # not transformers' load report: one line says it
     try:
-        wl = workload(args.workload)
-    except ValueError as exc:
+        return load(path)
+    except Exception as exc:  # noqa: BLE001  transformers, safetensors and torch all raise
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
+                     type(exc).__name__)
+        if "ignore_mismatched_sizes" in first or "size mismatch" in str(exc):
+            first = "the weights do not have the sizes config.json gives (an edited config?)"
+        raise UsageError(f"cannot load the model from {path}: {first}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def cmd_sample(args) -> int:
+    from codegen.cli.workloads import cli_workload
+    from codegen.targets import as_target
+
+    from ..propose import ProposeError, measured_latency, propose
+
+    try:
+        wl = cli_workload(args.workload)
+        as_target(args.target)
+    except ValueError as exc:  # WorkloadError, TargetError
         raise UsageError(str(exc)) from None
-    old = read_source(args.refine) if args.refine else None
+    if args.latency_us is not None and not args.latency_us > 0:
+        raise UsageError(f"Expected --latency-us > 0 but got --latency-us {args.latency_us}")
     config = config_from_args(SamplingConfig, args)
+    old = _refined(args.refine) if args.refine else None
     grammar = "none" if args.no_constraints else "plain" if args.plain_grammar else "workload"
-    try:
-        model, tokenizer = load(args.model)
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot load the model: {exc}") from None
+    model, tokenizer = _load_model(args.model)
     evaluator = None
     if args.check or (old is not None and args.latency_us is None):
         from codegen.measure import Evaluator
@@ -84,9 +118,13 @@ def register(subparsers) -> None:
         "sample", help="sample scripts for a workload from a local model",
         description="Sample scripts for a workload from a local model directory, every token "
                     "constrained by the workload's grammar.",
-        epilog="example: dragon sample --model runs/tiny --workload "
-               "'matmul(m=512,n=512,k=512)' -n 8 --check")
-    p.add_argument("--model", required=True, help="a local model directory (with its tokenizer)")
+        epilog="examples:\n  dragon init-model runs/tiny    # an untrained tiny model to try it\n"
+               "  dragon sample --model runs/tiny --workload 'matmul(m=512,n=512,k=512)' -n 8 "
+               "--check\n  dragon sample --model runs/tiny --workload "
+               "'matmul(m=512,n=512,k=512)' --refine old.dragon --latency-us 850",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="a local model directory (with its "
+                   "tokenizer); 'dragon init-model DIR' makes an untrained tiny one")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
     p.add_argument("--target", default="llvm", help="llvm or cuda (the prompt names it)")
     p.add_argument("--refine", help="a script to improve (the refinement prompt)")
