@@ -27,13 +27,18 @@ from ..search.baselines import BASELINES
 __all__ = ["format_table", "register"]
 
 
-def _inputs(args) -> tuple:
-    """The workload and target the flags name; UsageError when they name none."""
+def _inputs(args, measure: bool = False) -> tuple:
+    """The workload and target the flags name; UsageError when they name none, or (with
+    ``measure``) a target this machine cannot measure on (num-cores it does not have)."""
+    from ..measure.devices import create
     from ..targets import as_target
     from .workloads import cli_workload
 
     try:
-        return cli_workload(args.workload), as_target(args.target)
+        wl, target = cli_workload(args.workload), as_target(args.target)
+        if measure:
+            create(target)
+        return wl, target
     except (ValueError, TypeError) as exc:  # a bad workload spec or target
         raise UsageError(str(exc)) from None
 
@@ -123,7 +128,7 @@ def cmd_bench(args) -> int:
         raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
     config = config_from_args(MeasureConfig, args)
     scripts = {path: read_source(path) for path in args.scripts}
-    wl, target = _inputs(args)
+    wl, target = _inputs(args, measure=True)
     report = bench(wl, scripts, target, baselines=names, trials=args.trials, config=config,
                    cache=False if args.no_cache else None, builders=args.builders,
                    progress=progress)
