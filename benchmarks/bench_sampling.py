@@ -20,7 +20,7 @@ import argparse
 import statistics
 import time
 
-SPECS = ["matmul(m=128,n=128,k=128)", "softmax(m=32,n=64)", "conv2d(h=14,w=14,ci=16,co=16)",
+STATEMENTS = ["matmul(m=128,n=128,k=128)", "softmax(m=32,n=64)", "conv2d(h=14,w=14,ci=16,co=16)",
          "layer_norm(m=32,n=64)"]
 MODES = ("unconstrained", "grammar", "workload")
 
@@ -93,13 +93,13 @@ def main() -> None:
     from training.prompts import construction_prompt
     from training.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
 
-    tokenizer = build_tokenizer(TokenizerConfig(workloads=tuple(SPECS), targets=("llvm",),
+    tokenizer = build_tokenizer(TokenizerConfig(workloads=tuple(STATEMENTS), targets=("llvm",),
                                                 traces_per_workload=3))
-    workloads = [workload(s) for s in SPECS]
+    workloads = [workload(s) for s in STATEMENTS]
     prompts = [construction_prompt(wl, "llvm") for wl in workloads]
     grammars = [workload_grammar(wl) for wl in workloads]
     compiled = compile_times(tokenizer, workloads)
-    print(f"vocabulary {len(tokenizer)}, {len(SPECS)} prompts x {args.batch} rows x "
+    print(f"vocabulary {len(tokenizer)}, {len(STATEMENTS)} prompts x {args.batch} rows x "
           f"{args.tokens} tokens, {args.repeats} repeats, torch threads "
           f"{torch.get_num_threads()}", flush=True)
 

@@ -12,7 +12,7 @@ from typing import Any
 from .ast import Dict, Expr, Imm, IndexMapValue, Program, Ref, Stmt, map_refs, refs_in
 from .errors import DslSemanticError, UnsupportedError
 from .grammar import reserved_words
-from .statements import SPECS, SPECS_BY_KIND, Attr, In, NoFit, Rest, Spec
+from .statements import STATEMENTS, STATEMENTS_BY_KIND, Attr, In, NoFit, Rest, Statement
 from .tvm_bridge import ALL_KINDS, OUTPUT_TYPES, Inst
 
 __all__ = ["ALL_KINDS", "POSTPROC_SETS", "decode_program", "encode_insts", "same_value"]
@@ -117,7 +117,7 @@ def _get(inst: Inst, where, used: dict[str, set]):
     return inst.decision
 
 
-def _encode_spec(spec: Spec, inst: Inst, targets: list[str]) -> Stmt | None:
+def _encode_statement(spec: Statement, inst: Inst, targets: list[str]) -> Stmt | None:
     used: dict[str, set] = {"in": set(), "attr": set(), "decision": set()}
     try:
         args: list[Any] = []
@@ -208,7 +208,7 @@ def _tile(insts: list[Inst], i: int, uses: dict[str, int], namer: _Namer,
     if split.inputs[:1] != sample.inputs or \
             tuple(split.inputs[1:]) != tuple(Ref(n) for n in sample.outputs):
         return None
-    stmt = _encode_spec(SPECS["split"], split, ["_"] * len(split.outputs))
+    stmt = _encode_statement(STATEMENTS["split"], split, ["_"] * len(split.outputs))
     if stmt is None:
         return None
     options = {}
@@ -286,8 +286,8 @@ def encode_insts(insts: list[Inst], *, postproc: str = "explicit",
                                                                           strict=True)]
         if inst.kind == "GetLoops":
             nice.update(t for t, h in zip(targets, hints, strict=True) if h == t)
-        spec = SPECS_BY_KIND.get(inst.kind)
-        stmt = _encode_spec(spec, renamed, targets) if spec else None
+        spec = STATEMENTS_BY_KIND.get(inst.kind)
+        stmt = _encode_statement(spec, renamed, targets) if spec else None
         statements.append(stmt if stmt is not None else _general(renamed, targets))
         i += 1
     return Program(statements)
@@ -385,10 +385,10 @@ class _Decoder:
         if stmt.op.startswith("@"):
             self.general(stmt)
             return
-        spec = SPECS.get(stmt.op)
+        spec = STATEMENTS.get(stmt.op)
         if spec is None:  # the parser only builds known statements
             raise self.error(f"unknown statement {stmt.op!r}", stmt.line, stmt.column)
-        self.out.insts.append(self.spec(spec, stmt))
+        self.out.insts.append(self.table_inst(spec, stmt))
 
     def general(self, stmt: Stmt) -> None:
         kind = stmt.op[1:]
@@ -406,7 +406,7 @@ class _Decoder:
         self.out.insts.append(Inst(kind, list(inputs), list(attrs), outputs,
                                    stmt.options.get("decision"), output_type))
 
-    def spec(self, spec: Spec, stmt: Stmt) -> Inst:
+    def table_inst(self, spec: Statement, stmt: Stmt) -> Inst:
         inputs: dict[int, Any] = {}
         attrs: dict[int, Any] = {}
         decision = None
@@ -454,7 +454,7 @@ class _Decoder:
         return Inst(spec.kind, [inputs[i] for i in sorted(inputs)],
                     [attrs[i] for i in sorted(attrs)], outputs, decision, output_type)
 
-    def check_counts(self, spec: Spec, stmt: Stmt, args: list) -> None:
+    def check_counts(self, spec: Statement, stmt: Stmt, args: list) -> None:
         n = len(stmt.targets)
         if not _count_ok(spec.outputs, n):
             want = {"none": "no results", "one": "exactly one result",
@@ -513,7 +513,7 @@ class _Decoder:
                      stmt.targets, stmt.target_positions, stmt.line, stmt.column)
         for h in hidden:
             self.env[h] = _Binding("var", stmt.line)
-        self.out.insts.append(self.spec(SPECS["split"], split))
+        self.out.insts.append(self.table_inst(STATEMENTS["split"], split))
         if named is not None:  # bind the user's names to the sampled factors
             for name in named:
                 if name in self.env:

@@ -16,7 +16,7 @@ from .ast import Dict, Expr, Imm, IndexMapValue, IndexVar, Program, Ref, Stmt, W
 from .errors import UnsupportedError
 from .grammar import reserved_words, statement_options
 from .parser import expr_dtype
-from .statements import PLAIN_ANNOTATION_KEYS, SPECS
+from .statements import PLAIN_ANNOTATION_KEYS, STATEMENTS
 
 __all__ = ["format_program", "format_statement", "format_value"]
 
@@ -259,7 +259,7 @@ def format_statement(stmt: Stmt) -> str:
     printer = globals().get(f"print_{stmt.op}")
     if printer is not None:
         return printer(stmt)
-    spec = SPECS.get(stmt.op)
+    spec = STATEMENTS.get(stmt.op)
     if spec is not None and spec.spread:  # reorder l1..l4 l9
         args = [_names([a.name for a in stmt.args]).replace(", ", " ")]
     else:

@@ -1,7 +1,7 @@
 """The dedicated statements: for each, how its arguments and options map onto the inputs,
 attrs and decision of a TVM instruction.
 
-A statement is one ``Spec`` row.  Each argument or option names where it lives in the
+A statement is one ``Statement`` row.  Each argument or option names where it lives in the
 instruction (``In(i)``, ``Attr(i)``, ``Rest(i)`` for variadic inputs, ``Decision()``) and a
 ``Codec`` that converts exactly one TVM type; a codec that meets a value of another type
 refuses, and the encoder falls back to the general form ``@Kind(...)``, so nothing is ever
@@ -19,8 +19,8 @@ from typing import Any
 from .ast import Imm, IndexMapValue, Ref, Word
 from .errors import DragonError
 
-__all__ = ["PLAIN_ANNOTATION_KEYS", "SPECS", "SPECS_BY_KIND", "Codec", "NoFit", "Spec",
-           "annotation_key"]
+__all__ = ["PLAIN_ANNOTATION_KEYS", "STATEMENTS", "STATEMENTS_BY_KIND", "Codec", "NoFit",
+           "Statement", "annotation_key"]
 
 # Annotation keys that MetaSchedule writes without the "meta_schedule." prefix; written bare,
 # they mean themselves.  Any other bare key means "meta_schedule.<key>".
@@ -190,7 +190,7 @@ class Attr:
 
 @dataclass(frozen=True)
 class Rest:
-    """Inputs from ``index`` to the end, as one list argument (or spread, see Spec.spread)."""
+    """Inputs from ``index`` to the end, as one list argument (or spread, see Statement.spread)."""
 
     index: int
 
@@ -217,7 +217,7 @@ class Option:
 
 
 @dataclass(frozen=True)
-class Spec:
+class Statement:
     """One dedicated statement."""
 
     op: str
@@ -240,14 +240,14 @@ def _uniform(args):
 
 
 def _s(op, kind, *args, options=None, outputs="none", spread=False, derived=None):
-    return Spec(op, kind, tuple(args), options or {}, outputs, spread, derived or {})
+    return Statement(op, kind, tuple(args), options or {}, outputs, spread, derived or {})
 
 
 _PRESERVE_ITERS = {"preserve_unit_iters": Option(Attr(0), BOOL, True),
                    "disable_predication": Option(Attr(1), BOOL, False)}
 _AT = {"preserve_unit_loops": Option(Attr(0), FLAG32, True), "index": Option(Attr(1), I32, -1)}
 
-SPECS: dict[str, Spec] = {s.op: s for s in [
+STATEMENTS: dict[str, Statement] = {s.op: s for s in [
     _s("block", "GetSBlock", Slot(Attr(0), STR), options={"func": Option(Attr(1), STR, "main")},
        outputs="one"),
     _s("loops", "GetLoops", Slot(In(0), REF_BLOCK), outputs="any"),
@@ -316,7 +316,7 @@ SPECS: dict[str, Spec] = {s.op: s for s in [
        Slot(Attr(0), INDEX_MAP)),
 ]}
 
-SPECS_BY_KIND: dict[str, Spec] = {s.kind: s for s in SPECS.values()}
+STATEMENTS_BY_KIND: dict[str, Statement] = {s.kind: s for s in STATEMENTS.values()}
 
-# Statements that are not one row of SPECS: handled by the codec itself.
+# Statements that are not one row of STATEMENTS: handled by the codec itself.
 SPECIAL_OPS = ("tile", "partitioned_tile", "postproc", "general")

@@ -17,7 +17,7 @@ from dragon_dsl import parse
 from dragon_dsl.codec import ALL_KINDS
 from dragon_dsl.grammar import grammar_path, grammar_text, statement_options
 from dragon_dsl.parser import parser
-from dragon_dsl.statements import SPECIAL_OPS, SPECS
+from dragon_dsl.statements import SPECIAL_OPS, STATEMENTS
 
 from .test_parser import GRAMMAR_PROGRAMS
 
@@ -89,15 +89,15 @@ def test_both_engines_reject_invalid_scripts(text, llg):
 
 
 def test_every_statement_has_rule_row_and_printer():
-    """Adding a statement means a grammar rule, a SPECS row (or a codec branch for the
+    """Adding a statement means a grammar rule, a STATEMENTS row (or a codec branch for the
     special ones) and a printer; this fails when one is missing."""
     import dragon_dsl.printer as printer
 
     rules = set(statement_options())
-    assert rules == set(SPECS) | set(SPECIAL_OPS), rules ^ (set(SPECS) | set(SPECIAL_OPS))
+    assert rules == set(STATEMENTS) | set(SPECIAL_OPS), rules ^ (set(STATEMENTS) | set(SPECIAL_OPS))
     for op in SPECIAL_OPS:
         assert hasattr(printer, f"print_{op}"), op
-    for op, spec in SPECS.items():
+    for op, spec in STATEMENTS.items():
         assert spec.kind in ALL_KINDS, op
         assert set(spec.options) == set(statement_options()[op]), op
 

@@ -28,10 +28,10 @@ from training.sampling import (
 )
 from training.tokenizer import TokenizerConfig, build_tokenizer, tiny_model, train_tokenizer
 
-SPECS = ["matmul(m=128,n=128,k=128)", "softmax(m=32,n=64)", "conv2d(h=14,w=14,ci=16,co=16)",
+STATEMENTS = ["matmul(m=128,n=128,k=128)", "softmax(m=32,n=64)", "conv2d(h=14,w=14,ci=16,co=16)",
          "layer_norm(m=32,n=64)", "gemv(m=128,k=128)", "transpose(m=16,n=32,k=8)",
          "reduce(m=32,n=128,op=max)", "pool2d(kind=max)"]
-PROMPTS = [f"Workload: {spec}\nTarget: llvm\nScript:\n" for spec in SPECS]
+PROMPTS = [f"Workload: {spec}\nTarget: llvm\nScript:\n" for spec in STATEMENTS]
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ import re
 from typing import Any
 
 from dragon_dsl.grammar import Grammar
-from dragon_dsl.statements import SPECS
+from dragon_dsl.statements import STATEMENTS
 
 __all__ = ["CATEGORICAL_LISTS", "MAX_FACTORS", "expand_ranges", "kernel_loops", "sampling_grammar",
            "workload_grammar"]
@@ -194,7 +194,7 @@ def _bound_results(g: Grammar, tile_targets: dict[int, str] | None = None) -> No
     """Statements giving one result bind one name; tiles and splits one name per factor.
     ``tile_targets`` (k -> what may stand for a loop and its k factors) narrows `tile`."""
     why = "sampling grammar: a statement with one result binds one name"
-    for op, spec in SPECS.items():
+    for op, spec in STATEMENTS.items():
         rule = f"s_{op}"
         if spec.outputs == "one":
             body = g.body(rule, why)
