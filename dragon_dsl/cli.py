@@ -23,6 +23,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
+from . import cli_kit
 from .cli_kit import ExitCode, UsageError, add_config_arguments, config_from_args, read_source
 from .limits import Limits
 
@@ -311,9 +312,7 @@ def _version() -> str:
 
 
 def _sub(sub, name: str, *, help: str, description: str, examples: list[str]):  # noqa: A002
-    return sub.add_parser(name, help=help, description=description,
-                          epilog="examples:\n" + "\n".join(f"  {e}" for e in examples),
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    return sub.add_parser(name, help=help, description=description, **cli_kit.examples(*examples))
 
 
 def build_parser(*, plugins: bool = True) -> argparse.ArgumentParser:

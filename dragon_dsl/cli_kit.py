@@ -24,7 +24,8 @@ from typing import Any, TypeVar
 
 from .errors import DragonError
 
-__all__ = ["ExitCode", "UsageError", "add_config_arguments", "config_from_args", "read_source"]
+__all__ = ["ExitCode", "UsageError", "add_config_arguments", "config_from_args", "examples",
+           "read_source"]
 
 T = TypeVar("T")
 
@@ -43,6 +44,17 @@ class ExitCode(IntEnum):
 class UsageError(DragonError):
     """Bad arguments or unreadable input: ``dragon`` prints ``dragon: MESSAGE`` and exits 2.
     Subcommands added through ``dragon.commands`` raise it too."""
+
+
+def examples(*lines: str) -> dict[str, Any]:
+    """``add_parser`` keywords for a help text that ends with these example command lines,
+    printed as written.
+
+    >>> examples("dragon fmt a.dragon")["epilog"]
+    'examples:\n  dragon fmt a.dragon'
+    """
+    return {"epilog": "examples:\n" + "\n".join(f"  {e}" for e in lines),
+            "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
 def read_source(path: str, *, max_bytes: int | None = None) -> str:

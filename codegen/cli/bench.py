@@ -9,7 +9,6 @@ errors.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -18,6 +17,7 @@ from dragon_dsl.cli_kit import (
     UsageError,
     add_config_arguments,
     config_from_args,
+    examples,
     read_source,
 )
 
@@ -153,11 +153,10 @@ def register(subparsers) -> None:
         "apply", help="apply a script to a workload and print the scheduled TVMScript",
         description="Apply a script to a workload (in a worker process) and print the "
                     "scheduled TVMScript, or the statement the kernel refuses.",
-        epilog="examples:\n  dragon apply examples/bert_ffn_llvm_0.dragon "
-               "--workload 'dense(m=128,n=3072,k=768,bias=1,act=gelu)'\n"
-               "  printf 'block \"C\" -> C\\n' | dragon apply - --workload "
-               "'matmul(m=64,n=64,k=64)'",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        **examples("dragon apply examples/bert_ffn_llvm_0.dragon "
+                   "--workload 'dense(m=128,n=3072,k=768,bias=1,act=gelu)'",
+                   "printf 'block \"C\" -> C\\n' | dragon apply - "
+                   "--workload 'matmul(m=64,n=64,k=64)'"))
     p.add_argument("script", help="a .dragon file, or - for standard input")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")
@@ -172,11 +171,10 @@ def register(subparsers) -> None:
         "bench", help="build, verify and time scripts against baselines",
         description="Build, verify and time scripts and baselines on one device in one "
                     "session; print a table of medians and speedups.",
-        epilog="examples:\n  dragon bench examples/bert_ffn_llvm_*.dragon --workload "
-               "'dense(m=128,n=3072,k=768,bias=1,act=gelu)' --baselines unscheduled,default\n"
-               "  dragon bench --workload 'matmul(m=256,n=256,k=256)' --baselines "
-               "unscheduled,metaschedule --trials 16 --json",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        **examples("dragon bench examples/bert_ffn_llvm_*.dragon --workload "
+                   "'dense(m=128,n=3072,k=768,bias=1,act=gelu)' --baselines unscheduled,default",
+                   "dragon bench --workload 'matmul(m=256,n=256,k=256)' "
+                   "--baselines unscheduled,metaschedule --trials 16 --json"))
     p.add_argument("scripts", nargs="*", help=".dragon files (- for standard input)")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")

@@ -18,7 +18,7 @@ import json
 import sys
 from typing import Any
 
-from dragon_dsl.cli_kit import ExitCode, UsageError, read_source
+from dragon_dsl.cli_kit import ExitCode, UsageError, examples, read_source
 
 from ..workloads.families import FAMILIES, WorkloadError
 
@@ -195,20 +195,15 @@ def _guarded(command):
     return run
 
 
-def _examples(*lines: str) -> dict[str, Any]:
-    return {"epilog": "examples:\n" + "\n".join(f"  {e}" for e in lines),
-            "formatter_class": argparse.RawDescriptionHelpFormatter}
-
-
 def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="workloads_command", metavar="SUBCOMMAND")
     p = sub.add_parser("list", help="the operator families, their parameters and defaults",
-                       **_examples("dragon workloads list", "dragon workloads list --json"))
+                       **examples("dragon workloads list", "dragon workloads list --json"))
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guarded(cmd_list))
 
     p = sub.add_parser("show", help="a workload's TVMScript and a summary of its loops",
-                       **_examples("dragon workloads show 'matmul(m=64,n=64,k=64)'",
+                       **examples("dragon workloads show 'matmul(m=64,n=64,k=64)'",
                                    "dragon workloads show 'model(name=bert,preset=tiny,task=3)' "
                                    "--no-script", "dragon workloads show kernel.py --json"))
     p.add_argument("workload", metavar="SPEC_OR_PATH",
@@ -219,7 +214,7 @@ def _add_subcommands(parser: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_guarded(cmd_show))
 
     p = sub.add_parser("sample", help="distinct canonical specs from real-model shapes",
-                       **_examples("dragon workloads sample -n 20 --seed 1",
+                       **examples("dragon workloads sample -n 20 --seed 1",
                                    "dragon workloads sample -n 5 --family conv2d --json"))
     p.add_argument("-n", type=int, default=10, help="how many (default 10)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -240,7 +235,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("workloads", help="list, show and sample workloads",
                               description="List the operator families, show a workload, "
                                           "sample realistic specs.",
-                              **_examples("dragon workloads list",
+                              **examples("dragon workloads list",
                                           "dragon workloads show 'conv2d(h=56,w=56,ci=64,co=64)'",
                                           "dragon workloads sample -n 10"))
     _add_subcommands(p)

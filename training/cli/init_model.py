@@ -13,11 +13,16 @@ nothing: it shows the tools working, not good schedules.  Exit codes (``ExitCode
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
-from dragon_dsl.cli_kit import ExitCode, UsageError, add_config_arguments, config_from_args
+from dragon_dsl.cli_kit import (
+    ExitCode,
+    UsageError,
+    add_config_arguments,
+    config_from_args,
+    examples,
+)
 
 from ..tokenizer import TokenizerConfig
 
@@ -97,10 +102,9 @@ def register(subparsers) -> None:
                     "prompts, and save it with an untrained tiny Llama in DIR (about a minute "
                     "on 2 cores).  Its samples parse (the grammar constrains every token) but "
                     "it has learned nothing.",
-        epilog="examples:\n  dragon init-model runs/tiny\n  dragon init-model runs/small "
-               "--hidden-size 256 --layers 4 --vocab-size 2048\n  dragon sample --model "
-               "runs/tiny --workload 'matmul(m=128,n=128,k=128)' -n 4",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        **examples("dragon init-model runs/tiny",
+                   "dragon init-model runs/small --hidden-size 256 --layers 4 --vocab-size 2048",
+                   "dragon sample --model runs/tiny --workload 'matmul(m=128,n=128,k=128)' -n 4"))
     p.add_argument("dir", metavar="DIR", help="where to save the model (created if needed)")
     p.add_argument("--force", action="store_true", help="write into a DIR that holds files")
     p.add_argument("--hidden-size", type=int, default=64, help="model width (default: 64)")

@@ -12,7 +12,6 @@ By default every token is constrained by the grammar narrowed to the workload
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from dragon_dsl.cli_kit import (
@@ -20,6 +19,7 @@ from dragon_dsl.cli_kit import (
     UsageError,
     add_config_arguments,
     config_from_args,
+    examples,
     read_source,
 )
 
@@ -118,11 +118,11 @@ def register(subparsers) -> None:
         "sample", help="sample scripts for a workload from a local model",
         description="Sample scripts for a workload from a local model directory, every token "
                     "constrained by the workload's grammar.",
-        epilog="examples:\n  dragon init-model runs/tiny    # an untrained tiny model to try it\n"
-               "  dragon sample --model runs/tiny --workload 'matmul(m=512,n=512,k=512)' -n 8 "
-               "--check\n  dragon sample --model runs/tiny --workload "
-               "'matmul(m=512,n=512,k=512)' --refine old.dragon --latency-us 850",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        **examples("dragon init-model runs/tiny    # an untrained tiny model to try it",
+                   "dragon sample --model runs/tiny --workload 'matmul(m=512,n=512,k=512)' "
+                   "-n 8 --check",
+                   "dragon sample --model runs/tiny --workload 'matmul(m=512,n=512,k=512)' "
+                   "--refine old.dragon --latency-us 850"))
     p.add_argument("--model", required=True, help="a local model directory (with its "
                    "tokenizer); 'dragon init-model DIR' makes an untrained tiny one")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
