@@ -15,13 +15,19 @@ import warnings
 
 from .outcomes import Outcome
 
-__all__ = ["Cache", "cache_key", "default_cache_path"]
+__all__ = ["Cache", "cache_key", "cache_root", "default_cache_path"]
+
+
+def cache_root() -> str:
+    """Where the project keeps what it remembers (measurements, baselines, device locks):
+    ``$DRAGON_CACHE_DIR``, else ``$XDG_CACHE_HOME/little-dragon`` or
+    ``~/.cache/little-dragon``."""
+    return os.environ.get("DRAGON_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "little-dragon")
 
 
 def default_cache_path() -> str:
-    root = os.environ.get("DRAGON_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "little-dragon")
-    return os.path.join(root, "measure.sqlite")
+    return os.path.join(cache_root(), "measure.sqlite")
 
 
 def cache_key(workload_id: str, script: str, target: str, device: str, settings: str) -> str:

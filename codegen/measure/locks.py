@@ -20,13 +20,13 @@ import re
 import time
 from collections.abc import Iterator
 
+from .cache import cache_root
+
 __all__ = ["device_lock", "lock_dir"]
 
 
 def lock_dir() -> str:
-    root = os.environ.get("DRAGON_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "little-dragon")
-    return os.path.join(root, "locks")
+    return os.path.join(cache_root(), "locks")
 
 
 def _path(device: str) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 from dragon_dsl.errors import DragonError
 
+from ..measure.cache import cache_root
 from ..measure.config import MeasureConfig
 from ..targets import (
     as_module,
@@ -141,9 +142,7 @@ def rule_based(workload: Any, target: Any):
 
 def default_cache_dir() -> str:
     """``$DRAGON_CACHE_DIR/baselines``, else ``~/.cache/little-dragon/baselines``."""
-    root = os.environ.get("DRAGON_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "little-dragon")
-    return os.path.join(root, "baselines")
+    return os.path.join(cache_root(), "baselines")
 
 
 def _memo_key(mod, tgt, rules: str, trials: int, seed: int) -> tuple[str, dict]:
