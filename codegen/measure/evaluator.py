@@ -45,7 +45,10 @@ MEASURE_VERSION = 2
 def workload_text_hash(wl) -> str:
     """16 hex digits of the workload's printed TVMScript.  The identity (a structural hash)
     ignores block, buffer and loop names, which a script observes (``block "C"``), so the cache
-    key needs both."""
+    key needs both.  ``Workload.text_hash`` when present (printed once per workload)."""
+    cached = getattr(wl, "text_hash", None)
+    if cached:
+        return str(cached)
     return hashlib.sha256(as_module(wl).script().encode()).hexdigest()[:16]
 
 

@@ -32,5 +32,13 @@ class Workload:
 
         return f"{tvm_ffi.structural_hash(self.mod) & 0xFFFF_FFFF_FFFF_FFFF:016x}"
 
+    @functools.cached_property
+    def text_hash(self) -> str:
+        """16 hex digits of the printed TVMScript: unlike the identity, it sees the block,
+        buffer and loop names a script refers to (part of the measurement cache key)."""
+        import hashlib
+
+        return hashlib.sha256(self.mod.script().encode()).hexdigest()[:16]
+
     def __str__(self) -> str:
         return self.spec
