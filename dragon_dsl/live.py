@@ -1,0 +1,391 @@
+"""A script's schedule as it is written: each statement applied to a live TVM schedule as soon
+as it is complete.
+
+``LiveSchedule`` holds a workload's ``Schedule``, the names the script has bound (with their kind
+and TVM random variable) and the encoder's naming state.  ``step`` applies one statement: the
+decoder's checks (names defined, of the right kind, never bound twice), the count and factor
+checks, then TVM itself; a refused statement raises ``DslSemanticError`` at its line and leaves
+the state as it was, so a caller may try another statement in its place.  The queries (blocks
+that exist, the loops of a block and their extents, which names are still alive, how many
+buffers a block reads) are what a schedule-aware sampler narrows the next statement by
+(``training.statement_grammar``), and ``dragon check --workload`` reports through ``step``
+too: what the sampler rolls back is what the checker reports.
+
+``expected_results`` gives the names the encoder would bind (``block "C" -> C``, ``loops C ->
+i, j, k``, ``tile i [..] -> i0, i1``, then ``l<N>``, ``b<N>``, ``v<N>``): the canonical naming
+that training scripts use, so that a sampler can write them for the model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .ast import Program, Ref, Stmt
+from .codec import _Decoder, _Namer
+from .errors import DragonError, DslSemanticError
+from .tvm_bridge import OUTPUT_TYPES, Inst, value_to_tvm
+from .tvm_support import as_module, tvm_message
+
+__all__ = ["Loop", "LiveSchedule"]
+
+# The encoder's test for a workload loop name it keeps (``i``, ``co``, ``rh``).
+_SIMPLE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,5}\Z")
+_OUTPUT_OF = {"block": "block", "loops": "loop", "children": "block", "producers": "block",
+              "consumers": "block", "output_blocks": "block", "tile": "loop",
+              "partitioned_tile": "loop", "sample_tile": "var", "sample_partitioned_tile": "var",
+              "sample_categorical": "var", "sample_compute_location": "loop", "split": "loop",
+              "loop_partition": "loop", "fuse": "loop", "merge": "loop", "add_unit_loop": "loop",
+              "cache_read": "block", "cache_write": "block", "reindex": "block",
+              "read_at": "block", "write_at": "block", "decompose_reduction": "block",
+              "rfactor": "block", "blockize": "block"}
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One loop of a block, outermost first: its name in the workload and its extent (None when
+    it is not a constant)."""
+
+    name: str
+    extent: int | None
+
+
+class LiveSchedule:
+    """A workload's schedule, advanced one statement at a time.
+
+    >>> from codegen.workloads import workload                                # doctest: +SKIP
+    >>> live = LiveSchedule(workload("matmul(m=16,n=16,k=16)").mod)           # doctest: +SKIP
+    >>> live.step('block "C" -> C'); live.expected_results("loops", "C")      # doctest: +SKIP
+    ['i', 'j', 'k']
+    """
+
+    def __init__(self, workload: Any, target: Any = None) -> None:
+        from tvm.s_tir.schedule import Schedule
+
+        self.mod = as_module(workload)
+        self.target = target
+        self.sch = Schedule(self.mod, error_render_level="detail")
+        self.rvs: dict[str, Any] = {}     # script name -> the schedule's random variable
+        self.kinds: dict[str, str] = {}   # script name -> "block", "loop" or "var"
+        self.postproc_set: str | None = None
+        self.in_postproc = False
+        self.statements = 0
+        self._decoder = _Decoder(Program([]))
+        self._namer = _Namer(set())
+        self._nice: set[str] = set()      # loops named after the workload's loops
+
+    # ---- stepping -------------------------------------------------------------------------
+
+    def fork(self) -> LiveSchedule:
+        """An independent copy (the schedule copy keeps the random variables valid)."""
+        other = object.__new__(LiveSchedule)
+        other.__dict__.update(self.__dict__)
+        other.sch = self.sch.copy()
+        other.rvs, other.kinds, other._nice = dict(self.rvs), dict(self.kinds), set(self._nice)
+        other._all = list(getattr(self, "_all", []))
+        other._decoder = _copy_decoder(self._decoder)
+        other._namer = _copy_namer(self._namer)
+        return other
+
+    def step(self, stmt: Stmt | str, source_line: str | None = None) -> list[str]:
+        """Apply one statement (a ``Stmt`` or the text of one line); returns the names it binds.
+
+        Raises ``DslSemanticError`` (with the statement's line and column) when the script's
+        names or counts are wrong or TVM refuses the statement; the state is then unchanged."""
+        if isinstance(stmt, str):
+            from .parser import parse
+
+            program = parse(stmt)
+            if len(program.statements) != 1:
+                raise DslSemanticError(f"expected one statement but got "
+                                       f"{len(program.statements)}")
+            source_line = source_line or stmt.rstrip("\n")
+            stmt = program.statements[0]
+        trial = self.fork()
+        trial._decoder.lines = [source_line or ""] * (stmt.line or 1)
+        try:
+            bound = trial._apply(stmt)
+        except DslSemanticError:
+            raise
+        except DragonError as exc:
+            raise trial._error(stmt, str(exc)) from None
+        self.__dict__.update(trial.__dict__)
+        self.statements += 1
+        return bound
+
+    def _apply(self, stmt: Stmt) -> list[str]:
+        if self.postproc_set is not None:
+            raise self._error(stmt, "nothing may follow `postproc auto`")
+        decoder = self._decoder
+        before = len(decoder.out.insts)
+        decoder.statement(stmt, last=False)
+        insts = decoder.out.insts[before:]
+        decoder.out.insts = decoder.out.insts[:before]  # a live schedule keeps no trace copy
+        canonical = self._canonical(stmt)
+        for inst in insts:
+            inst.line, inst.column = stmt.line, stmt.column
+            self._run(inst, stmt)
+        for name in stmt.targets + list(stmt.options.get("factors") or ()):
+            self.kinds[name] = self._decoder.env[name].type or "var"
+        for name in canonical:
+            self._namer.taken.add(name)
+        self._namer.taken.update(stmt.targets)
+        if stmt.op == "postproc":
+            self.in_postproc = True
+            if stmt.args:
+                self._postproc(stmt, str(stmt.args[0]))
+        return list(stmt.targets)
+
+    def _run(self, inst: Inst, stmt: Stmt) -> None:
+        try:
+            from .live_apply import apply_inst
+        except ImportError:  # pragma: no cover  TEMPORARY until live_apply lands
+            apply_inst = self._replay_apply
+        env = self.rvs
+        try:
+            inputs = [value_to_tvm(v, env) for v in inst.inputs]
+            attrs = [value_to_tvm(v, env) for v in inst.attrs]
+            decision = value_to_tvm(inst.decision, env) if inst.decision is not None else None
+        except KeyError as exc:  # the decoder binds every name it resolves; defensive
+            raise self._error(stmt, f"{exc.args[0]!r} is not defined") from None
+        self._check(inst, inputs, decision, stmt)
+        self._pending = inst
+        try:
+            outputs = apply_inst(self.sch, inst.kind, inputs, attrs, decision)
+        except DragonError:
+            raise
+        except Exception as exc:  # noqa: BLE001  TVM raises ScheduleError and friends
+            raise self._error(stmt, f"the workload refuses {stmt.op}: {tvm_message(exc)}") \
+                from None
+        if len(outputs) != len(inst.outputs):
+            raise self._error(stmt, f"{stmt.op} gives {len(outputs)} results but "
+                                    f"{len(inst.outputs)} names follow '->'")
+        for name, rv in zip(inst.outputs, outputs, strict=True):
+            env[name] = rv
+
+    def _replay_apply(self, sch, kind, inputs, attrs, decision):  # TEMPORARY
+        from tvm.s_tir.schedule import Schedule
+
+        from .tvm_bridge import trace_from_insts
+
+        self._all = getattr(self, "_all", [])
+        insts = [*self._all, self._pending]
+        trace = trace_from_insts(insts)
+        fresh = Schedule(self.mod, error_render_level="detail")
+        trace.apply_to_schedule(fresh, remove_postproc=False)
+        env = {}
+        for a, b in zip(insts, fresh.trace.insts, strict=True):
+            for name, rv in zip(a.outputs, b.outputs, strict=True):
+                env[name] = rv
+        self.sch = fresh
+        self.rvs.update(env)
+        self._all = insts
+        return [env[n] for n in self._pending.outputs]
+
+    def _check(self, inst: Inst, inputs: list, decision, stmt: Stmt) -> None:
+        """What TVM would not say clearly: counts of ``loops``/``children`` and tile factors."""
+        import tvm
+
+        if inst.kind in ("GetLoops", "GetChildBlocks"):
+            try:
+                found = (self.loops(inputs[0]) if inst.kind == "GetLoops"
+                         else self._children(inputs[0]))
+            except Exception as exc:  # noqa: BLE001
+                raise self._error(stmt, f"the workload refuses {stmt.op}: {tvm_message(exc)}") \
+                    from None
+            if len(found) != len(inst.outputs):
+                what = (f"block {self.sch.get(inputs[0]).name_hint!r} has {len(found)} loops"
+                        if inst.kind == "GetLoops" else f"it has {len(found)} child blocks")
+                names = ", ".join(f.name if isinstance(f, Loop) else f for f in found)
+                raise self._error(stmt, f"`{stmt.op}` names {len(inst.outputs)} but {what} "
+                                        f"({names})")
+        if inst.kind == "SamplePerfectTile" and decision is not None:
+            try:
+                loop = self.sch.get(inputs[0])
+            except Exception as exc:  # noqa: BLE001
+                raise self._error(stmt, f"the workload refuses {stmt.op}: {tvm_message(exc)}") \
+                    from None
+            if isinstance(loop.extent, tvm.tirx.IntImm):
+                factors = [int(f) for f in decision]
+                product = 1
+                for f in factors:
+                    product *= f
+                if product != int(loop.extent.value):
+                    raise self._error(stmt, f"tile factors {factors} multiply to {product}, but "
+                                            f"the loop {loop.loop_var.name!r} has extent "
+                                            f"{int(loop.extent.value)}")
+
+    def _postproc(self, stmt: Stmt, postproc_set: str) -> None:
+        """``postproc auto SET``: MetaSchedule's postprocessors on the schedule so far."""
+        from tvm.s_tir import meta_schedule as ms
+
+        from .tvm_support import as_target, import_tensor_intrinsics
+
+        if self.target is None:
+            raise self._error(stmt, "`postproc auto` needs a target to check against")
+        import_tensor_intrinsics()
+        context = ms.TuneContext(
+            mod=self.mod, target=as_target(self.target),
+            space_generator=ms.space_generator.PostOrderApply(
+                sch_rules=[], postprocs=postproc_set, mutator_probs={}),
+            task_name="main", num_threads=1)
+        self.sch.enter_postproc()
+        for postproc in context.space_generator.postprocs:
+            try:
+                ok = postproc.apply(self.sch)
+            except Exception as exc:  # noqa: BLE001
+                raise self._error(stmt, f"postprocessor {type(postproc).__name__} fails: "
+                                        f"{tvm_message(exc)}") from None
+            if not ok:
+                raise self._error(stmt, f"postprocessor {type(postproc).__name__} of the "
+                                        f"{postproc_set!r} set rejects this schedule")
+        self.postproc_set = postproc_set
+
+    def _error(self, stmt: Stmt, message: str) -> DslSemanticError:
+        return self._decoder.error(message, stmt.line, stmt.column)
+
+    # ---- canonical names ------------------------------------------------------------------
+
+    def expected_results(self, op: str, target: str | None = None, n: int | None = None,
+                         *, factors: bool = False) -> list[str]:
+        """The names the encoder gives the results of ``op`` on ``target`` (a block string for
+        ``block``, else a name in scope) with ``n`` results, without binding them.  ``loops``
+        and the block getters count their results themselves."""
+        return self._names(_copy_namer(self._namer), set(self._nice), op, target, n, factors)
+
+    def _canonical(self, stmt: Stmt) -> list[str]:
+        target = stmt.args[0] if stmt.args else None
+        target = target.name if isinstance(target, Ref) else target
+        if stmt.op.startswith("@") or stmt.op == "postproc":
+            return []
+        names = self._names(self._namer, self._nice, stmt.op,
+                            target if isinstance(target, str) else None, len(stmt.targets),
+                            bool(stmt.options.get("factors")))
+        return names
+
+    def _names(self, namer: _Namer, nice: set[str], op: str, target: str | None, n: int | None,
+               factors: bool) -> list[str]:
+        if op == "block":
+            return [namer.define("_", "block", target)]
+        if op == "loops":
+            loops = self.loops(self.rvs[target]) if target in self.rvs else []
+            names = [namer.define("_", "loop", lp.name if _SIMPLE.match(lp.name) else None)
+                     for lp in loops]
+            nice.update(t for t, lp in zip(names, loops, strict=True) if lp.name == t)
+            return names
+        if n is None and op in ("children", "consumers", "producers", "output_blocks"):
+            n = len(self.related(op, target)) if target in self.rvs else 0
+        n = 1 if n is None else n
+        kind = _OUTPUT_OF.get(op, "var")
+        if op in ("tile", "partitioned_tile", "split"):
+            hints = ([f"{target}{k}" for k in range(n)] if target in nice
+                     else [None] * n)
+            names = [namer.define("_", "loop", h) for h in hints]
+            if factors:
+                names += [namer.define("_", "var") for _ in range(n)]
+            return names
+        return [namer.define("_", kind) for _ in range(n)]
+
+    # ---- queries --------------------------------------------------------------------------
+
+    def alive(self, name: str) -> bool:
+        """Whether ``name`` is bound and what it stands for still exists (a split loop, an
+        inlined block do not)."""
+        rv = self.rvs.get(name)
+        if rv is None:
+            return False
+        if self.kinds.get(name) == "var":
+            return True
+        try:
+            self.sch.get_sref(rv)
+            return True
+        except Exception:  # noqa: BLE001  TVM: the sref was removed
+            return False
+
+    def names(self, kind: str) -> list[str]:
+        """The names in scope of a kind ("block", "loop", "var") that are alive, in binding
+        order."""
+        return [n for n, k in self.kinds.items() if k == kind and self.alive(n)]
+
+    def block_names(self) -> list[str]:
+        """The blocks of the current module (what ``block "NAME"`` may fetch), root first."""
+        found: list[str] = []
+        _walk_blocks(self.sch.mod["main"].body, found)
+        return list(dict.fromkeys(found))
+
+    def loops(self, block_rv) -> list[Loop]:
+        """The loops above a block (a name or random variable), outermost first."""
+        import tvm
+
+        rv = self.rvs[block_rv] if isinstance(block_rv, str) else block_rv
+        found = []
+        for loop_rv in self.sch.get_loops(rv):
+            loop = self.sch.get(loop_rv)
+            extent = int(loop.extent.value) if isinstance(loop.extent, tvm.tirx.IntImm) else None
+            found.append(Loop(str(loop.loop_var.name), extent))
+        return found
+
+    def extent(self, loop: str) -> int | None:
+        """A loop's extent, None when it is not a constant."""
+        import tvm
+
+        node = self.sch.get(self.rvs[loop])
+        return int(node.extent.value) if isinstance(node.extent, tvm.tirx.IntImm) else None
+
+    def related(self, op: str, block: str) -> list[str]:
+        """The blocks ``children``/``consumers``/``producers``/``output_blocks`` of ``block``
+        give."""
+        rv = self.rvs[block]
+        get = {"children": self.sch.get_child_blocks, "consumers": self.sch.get_consumers,
+               "producers": self.sch.get_producers,
+               "output_blocks": self.sch.get_output_blocks}[op]
+        return [str(self.sch.get(b).name_hint) for b in get(rv)]
+
+    def _children(self, rv) -> list[str]:
+        return [str(self.sch.get(b).name_hint) for b in self.sch.get_child_blocks(rv)]
+
+    def buffers(self, block: str) -> tuple[int, int]:
+        """How many buffers ``block`` reads and writes."""
+        node = self.sch.get(self.rvs[block])
+        return len(node.reads), len(node.writes)
+
+
+def output_kind(op: str) -> str | None:
+    """The kind of name a statement binds (None: it binds none)."""
+    if op.startswith("@"):
+        return OUTPUT_TYPES.get(op[1:])
+    return _OUTPUT_OF.get(op)
+
+
+def _walk_blocks(stmt, found: list[str]) -> None:
+    from tvm import s_tir, tirx
+
+    if isinstance(stmt, s_tir.SBlockRealize):
+        found.append(str(stmt.block.name_hint))
+        _walk_blocks(stmt.block.body, found)
+    elif isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            _walk_blocks(child, found)
+    else:
+        for attr in ("body", "then_case", "else_case"):
+            child = getattr(stmt, attr, None)
+            if child is not None:
+                _walk_blocks(child, found)
+
+
+def _copy_namer(namer: _Namer) -> _Namer:
+    other = object.__new__(_Namer)
+    other.taken = set(namer.taken)
+    other.counters = dict(namer.counters)
+    other.script_name = dict(namer.script_name)
+    return other
+
+
+def _copy_decoder(decoder: _Decoder) -> _Decoder:
+    other = object.__new__(_Decoder)
+    other.__dict__.update(decoder.__dict__)
+    other.env = dict(decoder.env)
+    other.out = type(decoder.out)(list(decoder.out.insts), decoder.out.postproc_set,
+                                  list(decoder.out.errors))
+    return other

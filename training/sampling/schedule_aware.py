@@ -1,0 +1,425 @@
+"""Schedule-aware decoding: every statement is applied to the kernel as soon as it is written,
+and the next one is sampled from what the schedule then allows.
+
+Each row of the batch holds
+
+- a ``dragon_dsl.live.LiveSchedule`` of its kernel, advanced one statement at a time;
+- the whole-script matcher (the canonical sampling grammar, then the end marker), which keeps
+  the script parseable;
+- the statement matcher, built from the live state (``training.statement_grammar``): block
+  names that exist, loops bound by exactly the loops a block has, tile factors that divide the
+  loop's current extent, names in scope of the right kind, canonical result names, ...
+
+Every step masks the logits with both matchers.  When a statement is complete (its newline),
+it is applied; if TVM refuses it, the statement is rolled back (its tokens leave the sequence:
+their key/value columns are masked out and the next logits are those saved at the statement's
+start) and sampled again, at most ``statement_retries`` times per statement and
+``sample_retries`` per sample.  A sample out of retries, or near its token budget, is closed
+with ``postproc auto SET`` and the end marker, written by the sampler (``forced_tokens``).
+
+How rollback changes the distribution: a kept statement is drawn from the model's
+distribution restricted to the grammar, conditioned on applying: rejection sampling at the
+statement level, so its probability is the masked one divided by the chance of applying.  The
+``logprobs`` returned are those of each kept token under the mask actually applied at its step
+(temperature included), which is what a policy-gradient ratio needs; rejected attempts are not
+part of the sample and carry no logprob.  Forced tokens have logprob 0 (the mask allowed only
+them) and are flagged, so a trainer can leave them out of the loss.
+
+The generation loop is our own (``model.generate`` cannot take tokens back): one forward pass
+per step with a ``DynamicCache``, explicit position ids, and an attention mask with holes
+where tokens were rolled back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import llguidance
+import llguidance.torch
+import numpy as np
+import torch
+
+import dragon_dsl
+from dragon_dsl.live import LiveSchedule
+from training.prompts import STOP
+
+from ..constraints import sampling_grammar
+from ..statement_grammar import statement_grammar
+from .grammar_processor import llg_tokenizer, with_end_marker
+
+__all__ = ["ScheduleAwareConfig", "ScheduleAwareResult", "schedule_aware_generate"]
+
+
+@dataclass(frozen=True)
+class ScheduleAwareConfig:
+    """Limits of schedule-aware decoding."""
+
+    statement_retries: int = field(default=4, metadata={
+        "help": "Times one statement may be rolled back and sampled again."})
+    sample_retries: int = field(default=16, metadata={
+        "help": "Statements one sample may roll back in all; past it the sample is closed."})
+    grammar_cache: int = field(default=4096, metadata={
+        "help": "Compiled statement grammars kept (rows in the same state share one)."})
+
+
+@dataclass
+class ScheduleAwareResult:
+    """One row: the kept tokens with their logprobs, and how decoding went."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    forced: list[bool]
+    text: str
+    finish_reason: str           # "end" or "length"
+    statements: int              # statements applied
+    resampled: int               # statements rolled back and sampled again
+    applies: bool                # every statement, postproc auto included, applied
+    error: str = ""
+    live: LiveSchedule | None = None
+
+
+class _Row:
+    def __init__(self, live: LiveSchedule, whole: llguidance.LLMatcher) -> None:
+        self.live = live
+        self.whole = whole
+        self.stmt: llguidance.LLMatcher | None = None
+        self.stmt_key = ""
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.forced: list[bool] = []
+        self.columns: list[int] = []       # cache column of each kept token
+        self.stmt_start = 0                # index in tokens where the statement began
+        self.start_logits: torch.Tensor | None = None
+        self.pending: torch.Tensor | None = None  # logits to sample from instead of the model's
+        self.tries = 0
+        self.resampled = 0
+        self.plan: list[int] = []          # tokens to force
+        self.finished = False
+        self.finish_reason = "length"
+        self.error = ""
+        self.failed = False
+
+
+class _Templates:
+    """Compiled statement grammars by text (an LRU): rows in the same state share one."""
+
+    def __init__(self, tokenizer: llguidance.LLTokenizer, size: int) -> None:
+        self.tokenizer, self.size = tokenizer, size
+        self.cache: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
+        self.compile_seconds = 0.0
+        self.hits = self.misses = 0
+
+    def matcher(self, lark: str) -> llguidance.LLMatcher:
+        template = self.cache.get(lark)
+        if template is None:
+            self.misses += 1
+            start = time.perf_counter()
+            template = llguidance.LLMatcher(self.tokenizer, llguidance.grammar_from("lark", lark),
+                                            log_level=0)
+            self.compile_seconds += time.perf_counter() - start
+            if template.is_error():
+                raise ValueError(f"llguidance rejects a statement grammar: "
+                                 f"{template.get_error()}\n{lark}")
+            self.cache[lark] = template
+            if len(self.cache) > self.size:
+                self.cache.popitem(last=False)
+        else:
+            self.hits += 1
+            self.cache.move_to_end(lark)
+        return template.deep_copy()
+
+
+@dataclass
+class _Stats:
+    replay_seconds: list[float] = field(default_factory=list)
+    narrow_seconds: list[float] = field(default_factory=list)
+    mask_seconds: float = 0.0
+    forward_seconds: float = 0.0
+    steps: int = 0
+
+
+class _Decoder:
+    def __init__(self, model, tokenizer, workloads: Sequence[Any], target: Any, *,
+                 postproc_set: str, categorical: Sequence[Sequence[Sequence[int]]],
+                 temperature: float, top_p: float, max_new_tokens: int, stop: str | None,
+                 eos: list[int], config: ScheduleAwareConfig) -> None:
+        self.model, self.tokenizer = model, tokenizer
+        self.workloads, self.target = workloads, target
+        self.postproc_set = postproc_set
+        self.categorical = categorical
+        self.temperature, self.top_p = temperature, top_p
+        self.max_new_tokens, self.stop = max_new_tokens, stop
+        self.eos = eos
+        self.config = config
+        self.llg = llg_tokenizer(tokenizer, eos)
+        lark = sampling_grammar()
+        if stop:
+            lark = with_end_marker(lark, stop)
+        self.whole = llguidance.LLMatcher(self.llg, llguidance.grammar_from("lark", lark),
+                                          log_level=0)
+        if self.whole.is_error():
+            raise ValueError(f"llguidance rejects the sampling grammar: {self.whole.get_error()}")
+        self.templates = _Templates(self.llg, config.grammar_cache)
+        self.vocab = self.llg.vocab_size
+        self.stats = _Stats()
+        # Encoded apart, so that no token crosses the statement's newline.
+        self.closing_after_postproc = self._encode(stop or "")
+        self.closing = self._encode(f"postproc auto {postproc_set}\n") + \
+            self.closing_after_postproc
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    # ---- rows -----------------------------------------------------------------------------
+
+    def _new_statement(self, row: _Row, row_index: int) -> None:
+        """Row ``row`` is between statements: the statement matcher for what may come next."""
+        start = time.perf_counter()
+        lark = statement_grammar(row.live, postproc_set=self.postproc_set,
+                                 categorical=self.categorical[row_index])
+        self.stats.narrow_seconds.append(time.perf_counter() - start)
+        row.stmt = None if row.live.postproc_set is not None else self.templates.matcher(lark)
+        row.stmt_key = lark
+        row.stmt_start = len(row.tokens)
+        row.tries = 0
+
+    def _complete(self, row: _Row, row_index: int) -> bool:
+        """The statement just ended with its newline: apply it.  False: it was refused and
+        rolled back."""
+        text = self.llg.decode_bytes(row.tokens[row.stmt_start:]).decode("utf-8", "replace")
+        text = text[:text.index("\n")]
+        start = time.perf_counter()
+        try:
+            row.live.step(text)
+            ok = True
+        except dragon_dsl.DragonError as exc:
+            ok, row.error = False, str(exc)
+        self.stats.replay_seconds.append(time.perf_counter() - start)
+        if ok:
+            row.error = ""
+            self._new_statement(row, row_index)
+            return True
+        self._roll_back(row)
+        row.tries += 1
+        row.resampled += 1
+        if row.plan or row.tries > self.config.statement_retries or \
+                row.resampled > self.config.sample_retries:
+            # Out of retries, or the closing `postproc auto` itself was refused: end here.
+            row.failed = True
+            row.plan = list(self.closing_after_postproc if row.plan else self.closing)
+            row.pending = None
+        return False
+
+    def _roll_back(self, row: _Row) -> None:
+        """Take the current statement's tokens back out of the row."""
+        n = len(row.tokens) - row.stmt_start
+        if n:
+            row.whole.rollback(n)
+            for column in row.columns[row.stmt_start:]:
+                self.mask[self.index[id(row)], column] = 0
+            del row.tokens[row.stmt_start:], row.logprobs[row.stmt_start:]
+            del row.forced[row.stmt_start:], row.columns[row.stmt_start:]
+        row.stmt = self.templates.matcher(row.stmt_key) if row.live.postproc_set is None \
+            else None
+        row.pending = row.start_logits
+
+    # ---- the loop -------------------------------------------------------------------------
+
+    def run(self, prompts: list[str], prompt_rows: list[int]) -> list[ScheduleAwareResult]:
+        model, device = self.model, self.model.device
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+        input_ids = enc["input_ids"].to(device)
+        self.mask = enc["attention_mask"].to(device).clone()
+        positions = (self.mask.cumsum(-1) - 1).clamp(min=0)
+        rows = [_Row(LiveSchedule(self.workloads[p], self.target), self.whole.deep_copy())
+                for p in prompt_rows]
+        self.index = {id(row): i for i, row in enumerate(rows)}
+        for i, row in enumerate(rows):
+            self._new_statement(row, prompt_rows[i])
+        next_pos = positions[:, -1].clone() + 1
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        start = time.perf_counter()
+        out = model(input_ids=input_ids, attention_mask=self.mask, position_ids=positions,
+                    past_key_values=cache, use_cache=True)
+        self.stats.forward_seconds += time.perf_counter() - start
+        logits = out.logits[:, -1, :].float()
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
+            else self.eos[0]
+        max_steps = self.max_new_tokens + (self.config.sample_retries + 1) * 64
+        for _ in range(max_steps):
+            if all(row.finished for row in rows):
+                break
+            tokens = self._step(rows, logits, prompt_rows)
+            fed = torch.tensor([t if t is not None else pad for t in tokens], device=device)
+            keep = torch.tensor([t is not None for t in tokens], device=device, dtype=self.mask.dtype)
+            column = self.mask.shape[1]
+            self.mask = torch.cat([self.mask, keep[:, None]], dim=1)
+            for i, (row, t) in enumerate(zip(rows, tokens, strict=True)):
+                if t is not None:
+                    row.columns.append(column)
+            start = time.perf_counter()
+            out = model(input_ids=fed[:, None], attention_mask=self.mask,
+                        position_ids=next_pos[:, None], past_key_values=cache, use_cache=True)
+            self.stats.forward_seconds += time.perf_counter() - start
+            next_pos = next_pos + keep.to(next_pos.dtype)
+            logits = out.logits[:, -1, :].float()
+            self.stats.steps += 1
+        return [self._result(row) for row in rows]
+
+    def _step(self, rows: list[_Row], logits: torch.Tensor, prompt_rows: list[int]) -> list:
+        """Sample one token per unfinished row; None for a row that feeds nothing this step."""
+        start = time.perf_counter()
+        n = len(rows)
+        whole_bits = llguidance.torch.allocate_token_bitmask(n, self.vocab)
+        stmt_bits = llguidance.torch.allocate_token_bitmask(n, self.vocab)
+        stmt_bits.fill_(-1)
+        active = []
+        for i, row in enumerate(rows):
+            if row.finished:
+                continue
+            if row.pending is not None:
+                logits[i] = row.pending
+                row.pending = None
+            if not row.plan and len(row.tokens) + len(self._closing(row)) >= self.max_new_tokens:
+                self._roll_back(row) if row.stmt is not None and \
+                    len(row.tokens) > row.stmt_start else None
+                row.plan = list(self._closing(row))
+                row.pending = None
+            if row.stmt is not None and len(row.tokens) == row.stmt_start:
+                row.start_logits = logits[i].clone()
+            active.append(i)
+            if not row.plan:
+                llguidance.torch.fill_next_token_bitmask(row.whole, whole_bits, i)
+                if row.stmt is not None:
+                    llguidance.torch.fill_next_token_bitmask(row.stmt, stmt_bits, i)
+        bits = whole_bits & stmt_bits
+        allowed = np.unpackbits(bits.numpy().view(np.uint8), axis=1, bitorder="little")
+        width = min(self.vocab, logits.shape[1])
+        self.stats.mask_seconds += time.perf_counter() - start
+        tokens: list[int | None] = [None] * n
+        for i in active:
+            row = rows[i]
+            if row.plan:
+                token, logprob, forced = row.plan.pop(0), 0.0, True
+            else:
+                ok = torch.from_numpy(allowed[i, :width].astype(bool))
+                if not bool(ok.any()):
+                    row.error = row.error or "no token is allowed by both grammars"
+                    row.failed = True
+                    row.plan = list(self._closing(row))
+                    tokens[i] = None
+                    if not row.plan:
+                        row.finished = True
+                    continue
+                token, logprob = self._sample(logits[i, :width], ok)
+                forced = False
+            tokens[i] = self._consume(row, i, token, logprob, forced, prompt_rows[i])
+        return tokens
+
+    def _closing(self, row: _Row) -> list[int]:
+        return self.closing_after_postproc if row.live.postproc_set is not None else self.closing
+
+    def _sample(self, logits: torch.Tensor, ok: torch.Tensor) -> tuple[int, float]:
+        scores = logits.masked_fill(~ok, float("-inf")) / self.temperature
+        logp = torch.log_softmax(scores, dim=-1)
+        probs = logp.exp()
+        if self.top_p < 1.0:
+            ordered, order = probs.sort(descending=True)
+            cut = ordered.cumsum(-1) - ordered >= self.top_p
+            ordered[cut] = 0
+            probs = torch.zeros_like(probs).scatter(0, order, ordered)
+            probs = probs / probs.sum()
+            logp = probs.log()
+        token = int(torch.multinomial(probs, 1))
+        return token, float(logp[token])
+
+    def _consume(self, row: _Row, i: int, token: int, logprob: float, forced: bool,
+                 prompt_row: int) -> int | None:
+        if token in self.eos:
+            row.finished, row.finish_reason = True, "end"
+            return None
+        if not row.whole.consume_token(token):
+            row.error = row.error or f"llguidance: {row.whole.get_error()}"
+            row.finished = True
+            return None
+        if row.stmt is not None and not row.plan and not forced:
+            if not row.stmt.consume_token(token):
+                row.error = row.error or f"statement grammar: {row.stmt.get_error()}"
+        row.tokens.append(token)
+        row.logprobs.append(logprob)
+        row.forced.append(forced)
+        if b"\n" in self.llg.decode_bytes([token]) and row.live.postproc_set is None:
+            if not self._complete(row, prompt_row):
+                return None
+        if row.whole.is_accepting() and row.live.postproc_set is not None and \
+                self.stop and self.llg.decode_bytes(row.tokens).endswith(self.stop.encode()):
+            row.plan = []
+            row.finished, row.finish_reason = True, "end"
+        return token
+
+    def _result(self, row: _Row) -> ScheduleAwareResult:
+        text = self.llg.decode_bytes(row.tokens).decode("utf-8", "replace")
+        if self.stop and text.endswith(self.stop):
+            text = text[: -len(self.stop)]
+        applies = row.live.postproc_set is not None and not row.failed
+        return ScheduleAwareResult(row.tokens, row.logprobs, row.forced, text, row.finish_reason,
+                                   row.live.statements, row.resampled, applies, row.error,
+                                   row.live)
+
+
+def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads: Sequence[Any],
+                            target: Any = "llvm", *, postproc_set: str | None = None,
+                            categorical: Sequence[Sequence[Sequence[int]]] | None = None,
+                            temperature: float = 1.0, top_p: float = 1.0,
+                            max_new_tokens: int = 512, stop: str | None = STOP,
+                            eos_token_ids: Sequence[int] | None = None,
+                            config: ScheduleAwareConfig | None = None,
+                            stats: dict | None = None) -> list[ScheduleAwareResult]:
+    """One schedule-aware sample per prompt (``prompts[i]`` asks for ``workloads[i]``); repeat
+    a prompt for several samples.  Seed torch beforehand for reproducible samples.
+
+    ``postproc_set``: what ``postproc auto`` names (default: the target's rule set);
+    ``categorical``: per prompt, the candidate lists of ``sample_categorical`` (default: those
+    MetaSchedule offers for the workload and target, ``training.constraints``).  ``stats``, when
+    given, receives timings: per-statement replay and narrowing seconds, mask, forward.
+    """
+    from codegen.targets import default_rules
+    from codegen.targets import postproc_set as target_postproc_set
+
+    try:
+        from ..constraints import categorical_lists
+    except ImportError:  # TEMPORARY until the categorical lists per workload land
+        from ..constraints import CATEGORICAL_LISTS
+
+        def categorical_lists(w, t):
+            return CATEGORICAL_LISTS
+
+    if len(prompts) != len(workloads):
+        raise ValueError(f"Expected one workload per prompt but got {len(prompts)} prompts and "
+                         f"{len(workloads)} workloads")
+    postproc_set = postproc_set or target_postproc_set(default_rules(target))
+    if categorical is None:
+        categorical = [categorical_lists(w, target) for w in workloads]
+    eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    decoder = _Decoder(model, tokenizer, workloads, target, postproc_set=postproc_set,
+                       categorical=categorical, temperature=temperature, top_p=top_p,
+                       max_new_tokens=max_new_tokens, stop=stop, eos=eos,
+                       config=config or ScheduleAwareConfig())
+    with torch.no_grad():
+        results = decoder.run(list(prompts), list(range(len(prompts))))
+    if stats is not None:
+        stats.update(replay_seconds=decoder.stats.replay_seconds,
+                     narrow_seconds=decoder.stats.narrow_seconds,
+                     mask_seconds=decoder.stats.mask_seconds,
+                     forward_seconds=decoder.stats.forward_seconds, steps=decoder.stats.steps,
+                     compile_seconds=decoder.templates.compile_seconds,
+                     grammar_hits=decoder.templates.hits, grammar_misses=decoder.templates.misses)
+    return results

@@ -1,0 +1,207 @@
+"""The next statement a script may have, read off its live schedule (llguidance Lark).
+
+The schedule-aware sampler (``training.sampling.schedule_aware``) keeps, per script, a
+``dragon_dsl.live.LiveSchedule`` and, for the statement being written, a grammar of one line
+built here from that state.  It admits, in canonical layout:
+
+- names in scope only, of the kind each argument takes (a block, a loop, a variable), and
+  only those that still exist (a loop that was split, a block that was inlined, are gone);
+- results named as the encoder names them (``block "C" -> C``, ``loops C -> i, j, k``, then
+  ``l<N>``, ``b<N>``, ``v<N>``): the names are written for the model, never chosen by it;
+- ``block "NAME"`` for the blocks the module has now (cache blocks included);
+- ``loops B`` binding exactly the loops B has; ``consumers``/``producers``/``children``
+  binding exactly the blocks TVM returns;
+- ``tile L [..]`` with 2 to 5 factors whose product is L's current extent;
+- buffer indices within the block's reads (``cache_read``) or writes (``cache_write``,
+  ``set_scope``);
+- ``sample_categorical`` over the candidate lists MetaSchedule's rules offer for the workload
+  and target, with an index inside the list;
+- ``postproc auto SET`` for the target's postprocessor set, and only as the last statement.
+
+Statements MetaSchedule rarely writes before ``postproc`` (``tensorize``, ``transform_layout``,
+``reindex``, the general form ...) keep their syntax from the whole-script grammar, which the
+sampler applies at the same time; their names and meaning are checked when the statement is
+applied, and a statement TVM refuses is rolled back and sampled again.  What this grammar
+admits is a subset of ``dragon_dsl.parse``; what it adds to the language's rules are the
+canonical names and layout (the form training data has), nothing a checker would report.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+
+from dragon_dsl.live import LiveSchedule
+
+__all__ = ["FALLBACK_OPS", "THREAD_AXES", "statement_grammar"]
+
+TILE_LENGTHS = (2, 3, 4, 5)
+SPLIT_LENGTHS = (2, 3, 4, 5)
+THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
+               "threadIdx.z", "vthread.x", "vthread.y", "vthread.z")
+# Statements whose arguments this grammar does not narrow: their syntax comes from the
+# whole-script grammar, their meaning from applying them.
+FALLBACK_OPS = ("partitioned_tile", "sample_tile", "sample_partitioned_tile", "loop_partition",
+                "merge", "add_unit_loop", "reindex", "read_at", "write_at", "blockize",
+                "tensorize", "storage_align", "transform_layout", "transform_block_layout",
+                "output_blocks")
+
+
+def _lit(text: str) -> str:
+    return json.dumps(text)
+
+
+def _alts(items: Iterable[str]) -> str:
+    items = list(dict.fromkeys(items))
+    return "(" + " | ".join(items) + ")" if items else ""
+
+
+class _Rules:
+    def __init__(self) -> None:
+        self.rules: dict[str, str] = {}
+        self.stmts: list[str] = []
+
+    def add(self, name: str, body: str) -> str:
+        self.rules.setdefault(name, body)
+        return name
+
+    def stmt(self, body: str) -> None:
+        if body:
+            self.stmts.append(body)
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def _factorizations(rules: _Rules, extent: int, n: int) -> str:
+    """Rule ``tf_E_n``: ordered factorizations of E into n factors, in canonical spacing."""
+    name = f"tf_{extent}_{n}"
+    if name not in rules.rules:
+        if n == 1:
+            rules.add(name, _lit(str(extent)))
+        else:
+            rules.add(name, " | ".join(
+                f'{_lit(f"{d}, ")} {_factorizations(rules, extent // d, n - 1)}'
+                for d in _divisors(extent)))
+    return name
+
+
+def _names(names: Sequence[str]) -> str:
+    return _lit(", ".join(names))
+
+
+def statement_grammar(live: LiveSchedule, *, postproc_set: str,
+                      categorical: Sequence[Sequence[int]] = ()) -> str:
+    """One statement line (ending with ``\\n``) that may come next in ``live``'s script.
+
+    ``postproc_set``: the target's postprocessor set, which ``postproc auto`` must name.
+    ``categorical``: the candidate lists ``sample_categorical`` may draw from (see
+    ``training.constraints.categorical_lists``); empty: any list of integers.
+    """
+    if live.postproc_set is not None:
+        return 'start: ""'  # the script is complete: nothing may follow
+    r = _Rules()
+    blocks, loops, variables = live.names("block"), live.names("loop"), live.names("var")
+    bref = r.add("bref", _alts(_lit(b) for b in blocks)) if blocks else None
+    lref = r.add("lref", _alts(_lit(lp) for lp in loops)) if loops else None
+    anyref = r.add("anyref", _alts(_lit(n) for n in blocks + loops)) if blocks or loops else None
+    vref = r.add("vref", _alts(_lit(v) for v in variables)) if variables else None
+    r.add("INT", "/-?[0-9]{1,9}/")
+    r.add("UINT", "/[0-9]{1,9}/")
+    r.add("BOOL", '"true" | "false"')
+    r.add("STRING", r'/"([^"\\\x00-\x1f]|\\["\\\/bfnrt]|\\u[0-9a-fA-F]{4})*"/')
+
+    def one(op: str, target: str | None = None, n: int | None = None) -> str:
+        return _lit(" -> " + ", ".join(live.expected_results(op, target, n)))
+
+    # getters
+    r.stmt(_alts(f'{_lit(f"block {json.dumps(b)} -> ")} {_lit(live.expected_results("block", b)[0])}'
+                 for b in live.block_names()))
+    for b in blocks:
+        loop_names = live.expected_results("loops", b)
+        r.stmt(_lit(f"loops {b}" + (" -> " + ", ".join(loop_names) if loop_names else "")))
+        for op in ("consumers", "producers", "children"):
+            try:
+                n = len(live.related(op, b))
+            except Exception:  # noqa: BLE001  e.g. producers of the root block
+                continue
+            names = live.expected_results(op, b, n)
+            r.stmt(_lit(f"{op} {b}" + (" -> " + ", ".join(names) if names else "")))
+
+    # tiles and splits of loops with a known extent
+    for lp in loops:
+        extent = live.extent(lp)
+        if extent is None:
+            continue
+        for k in TILE_LENGTHS:
+            names = live.expected_results("tile", lp, k)
+            with_factors = live.expected_results("tile", lp, k, factors=True)[k:]
+            head = f'{_lit(f"tile {lp} [")} {_factorizations(r, extent, k)} "]"'
+            r.stmt(f'{head} (" max_inner=" UINT)? {_names_after(names)} '
+                   f'({_lit(" factors " + ", ".join(with_factors))})?')
+    if lref:
+        factor = "(" + " | ".join(x for x in ['"none"', vref, "UINT"] if x) + ")"
+        for lp in loops:
+            for k in SPLIT_LENGTHS:
+                items = ' ", " '.join([factor] * k)
+                r.stmt(f'{_lit(f"split {lp} [")} {items} "]" {_split_options()} '
+                       f'{_names_after(live.expected_results("split", lp, k))}')
+        r.stmt(f'"fuse " {lref} (" " {lref})* (" preserve_unit_iters=" BOOL)? {one("fuse")}')
+        r.stmt(f'"reorder " {lref} (" " {lref})+')
+        r.stmt(f'("parallel " | "vectorize " | "unroll ") {lref}')
+        r.stmt(f'"bind " {lref} " " {_alts(_lit(json.dumps(a)) for a in THREAD_AXES)}')
+    if anyref:
+        value = "(" + " | ".join(x for x in [anyref, vref, "INT", "STRING",
+                                             '"[" INT (", " INT)* "]"'] if x) + ")"
+        r.add("ANNKEY", r"/[a-z_][a-z0-9_]*/")
+        r.stmt(f'"annotate " {anyref} " " (ANNKEY | STRING) "=" {value}')
+        r.stmt(f'"unannotate " {anyref} " " (ANNKEY | STRING)')
+    if bref and lref:
+        at_options = '(" preserve_unit_loops=" BOOL)? (" index=" INT)?'
+        r.stmt(f'("compute_at " | "reverse_compute_at ") {bref} " " {lref} {at_options}')
+        r.stmt(f'"decompose_reduction " {bref} " " {lref} {one("decompose_reduction")}')
+    if lref:
+        r.stmt(f'"rfactor " {lref} " " UINT {one("rfactor")}')
+    if bref:
+        r.stmt(f'("compute_inline " | "reverse_compute_inline ") {bref}')
+        r.stmt(f'"sample_compute_location " {bref} " " ("-2" | "-1" | UINT) '
+               f'{one("sample_compute_location")}')
+        consumers = f'(" consumers=[" {bref} (", " {bref})* "]")?'
+        for b in blocks:
+            reads, writes = live.buffers(b)
+            for op, count in (("cache_read", reads), ("cache_write", writes)):
+                if count:
+                    r.stmt(f'{_lit(f"{op} {b} ")} {_alts(_lit(str(i)) for i in range(count))} '
+                           f'" " STRING {consumers} {one(op)}')
+            if writes:
+                r.stmt(f'{_lit(f"set_scope {b} ")} '
+                       f'{_alts(_lit(str(i)) for i in range(writes))} " " STRING')
+    # sample_categorical
+    name = one("sample_categorical")
+    if categorical:
+        for values in dict.fromkeys(tuple(v) for v in categorical):
+            listing = "[" + ", ".join(map(str, values)) + "] "
+            r.stmt(f'{_lit("sample_categorical " + listing)} '
+                   f'{_alts(_lit(str(i)) for i in range(len(values)))} {name}')
+    else:
+        r.stmt(f'"sample_categorical [" INT (", " INT)* "] " UINT {name}')
+    # what is left to the whole-script grammar and to applying it
+    r.add("FALLBACK", "/(" + "|".join(sorted(FALLBACK_OPS, key=len, reverse=True))
+          + r"|@[A-Z][A-Za-z0-9]*)[ (][^\n]*/")
+    r.stmt("FALLBACK")
+    r.stmt(_lit(f"postproc auto {postproc_set}"))
+
+    body = "\n    | ".join(r.stmts)
+    lines = [f'start: stmt "\\n"', f"stmt: {body}"]
+    lines += [f"{k}: {v}" for k, v in r.rules.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _names_after(names: Sequence[str]) -> str:
+    return _lit(" -> " + ", ".join(names))
+
+
+def _split_options() -> str:
+    return '(" preserve_unit_iters=" BOOL)? (" disable_predication=" BOOL)?'
