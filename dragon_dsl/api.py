@@ -340,14 +340,14 @@ def check(text: str | bytes, *, workload: Any = None, target: Any = None,
         return [_diagnostic(exc, "semantic")]
     if workload is None:
         return []
-    from .replay import apply_insts, regenerate_postproc
+    from .live import apply_script
 
+    # Statement by statement, as the schedule-aware sampler applies a script: what it rolls
+    # back is what is reported here.
+    if decoded.postproc_set is not None and target is None:
+        return [Diagnostic("apply", "`postproc auto` needs a target to check against")]
     try:
-        apply_insts(decoded.insts, trace, workload, program.source)
-        if decoded.postproc_set is not None:
-            if target is None:
-                return [Diagnostic("apply", "`postproc auto` needs a target to check against")]
-            regenerate_postproc(trace, workload, target, decoded.postproc_set)
+        apply_script(program.source or text, workload, target)
     except DragonError as exc:
         return [_diagnostic(exc, "apply")]
     return []

@@ -28,7 +28,7 @@ from .errors import DragonError, DslSemanticError
 from .tvm_bridge import OUTPUT_TYPES, Inst, value_to_tvm
 from .tvm_support import as_module, tvm_message
 
-__all__ = ["Loop", "LiveSchedule"]
+__all__ = ["LiveSchedule", "Loop", "apply_script", "output_kind"]
 
 # The encoder's test for a workload loop name it keeps (``i``, ``co``, ``rh``).
 _SIMPLE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,5}\Z")
@@ -60,7 +60,7 @@ class LiveSchedule:
     ['i', 'j', 'k']
     """
 
-    def __init__(self, workload: Any, target: Any = None) -> None:
+    def __init__(self, workload: Any, target: Any = None, *, source: str | None = None) -> None:
         from tvm.s_tir.schedule import Schedule
 
         self.mod = as_module(workload)
@@ -71,7 +71,7 @@ class LiveSchedule:
         self.postproc_set: str | None = None
         self.in_postproc = False
         self.statements = 0
-        self._decoder = _Decoder(Program([]))
+        self._decoder = _Decoder(Program([], source=source))
         self._namer = _Namer(set())
         self._nice: set[str] = set()      # loops named after the workload's loops
 
@@ -103,7 +103,8 @@ class LiveSchedule:
             source_line = source_line or stmt.rstrip("\n")
             stmt = program.statements[0]
         trial = self.fork()
-        trial._decoder.lines = [source_line or ""] * (stmt.line or 1)
+        if source_line is not None:
+            trial._decoder.lines = [""] * ((stmt.line or 1) - 1) + [source_line]
         try:
             bound = trial._apply(stmt)
         except DslSemanticError:
@@ -156,8 +157,11 @@ class LiveSchedule:
         except DragonError:
             raise
         except Exception as exc:  # noqa: BLE001  TVM raises ScheduleError and friends
-            raise self._error(stmt, f"the workload refuses {stmt.op}: {tvm_message(exc)}") \
-                from None
+            hint = ""
+            if inst.kind == "GetSBlock":
+                hint = f" (the kernel's blocks now: {', '.join(self.block_names())})"
+            raise self._error(stmt, f"the workload refuses {stmt.op} ({inst.kind}): "
+                                    f"{tvm_message(exc)}{hint}") from None
         if len(outputs) != len(inst.outputs):
             raise self._error(stmt, f"{stmt.op} gives {len(outputs)} results but "
                                     f"{len(inst.outputs)} names follow '->'")
@@ -349,6 +353,19 @@ class LiveSchedule:
         """How many buffers ``block`` reads and writes."""
         node = self.sch.get(self.rvs[block])
         return len(node.reads), len(node.writes)
+
+
+def apply_script(text: str, workload: Any, target: Any = None) -> LiveSchedule:
+    """Apply a whole script statement by statement: the ``LiveSchedule`` it leaves, or the
+    ``DslSemanticError`` (line, column, caret) of the first statement refused, exactly as the
+    schedule-aware sampler would refuse it.  ``dragon check --workload`` reports through this."""
+    from .parser import parse
+
+    program = parse(text)
+    live = LiveSchedule(workload, target, source=program.source or text)
+    for stmt in program.statements:
+        live.step(stmt)
+    return live
 
 
 def output_kind(op: str) -> str | None:

@@ -20,9 +20,11 @@ from .sampling.config import Sample, SamplingConfig
 
 __all__ = ["GRAMMARS", "Proposal", "ProposeError", "measured_latency", "prompt_for", "propose"]
 
-# How samples are constrained: the workload grammar (its blocks, tile factors, candidate lists),
-# the language's grammar alone, or not at all (a baseline).
-GRAMMARS = ("workload", "plain", "none")
+# How samples are constrained: schedule-aware decoding (each statement applied as it is written,
+# the next one narrowed by the live schedule, refused statements sampled again), the workload
+# grammar (its blocks, tile factors, candidate lists), the language's grammar alone, or not at
+# all (a baseline).
+GRAMMARS = ("schedule", "workload", "plain", "none")
 
 
 class ProposeError(DragonError):
@@ -40,6 +42,8 @@ class Proposal:
         row: dict[str, Any] = {"script": self.sample.text,
                                "finish_reason": self.sample.finish_reason,
                                "tokens": self.sample.n_tokens, "parses": self.sample.parses}
+        if self.sample.applies is not None:
+            row.update(applies=self.sample.applies, resampled=self.sample.resampled)
         if self.outcome is not None:
             row["outcome"] = self.outcome.as_dict()
         return row
@@ -71,7 +75,7 @@ def measured_latency(workload: Any, script: str, evaluator: Any) -> float:
 
 
 def propose(model, tokenizer, workload: Any, target: Any = "llvm", *,
-            config: SamplingConfig | None = None, grammar: str = "workload",
+            config: SamplingConfig | None = None, grammar: str = "schedule",
             refine: str | None = None, latency_s: float | None = None,
             evaluator: Any = None) -> list[Proposal]:
     """Sample ``config.n`` scripts for ``workload`` under ``grammar`` (one of ``GRAMMARS``)
@@ -86,13 +90,21 @@ def propose(model, tokenizer, workload: Any, target: Any = "llvm", *,
     prompt = prompt_for(workload, target, refine=refine, latency_s=latency_s,
                         evaluator=evaluator)
     config = config or SamplingConfig()
+    if grammar == "schedule":
+        from .sampling.schedule_aware import sample_schedule_aware
+
+        samples = sample_schedule_aware(model, tokenizer, prompt, workload, target, config)
+        return _measured(samples, workload, evaluator)
     if grammar == "workload":
         from .constraints import workload_grammar
 
         config = replace(config, constrained=True, grammar=workload_grammar(workload))
     else:
         config = replace(config, constrained=grammar == "plain", grammar=None)
-    samples = sample(model, tokenizer, prompt, config)
+    return _measured(sample(model, tokenizer, prompt, config), workload, evaluator)
+
+
+def _measured(samples: list[Sample], workload: Any, evaluator: Any) -> list[Proposal]:
     if evaluator is None:
         return [Proposal(s) for s in samples]
     outcomes = evaluator.evaluate(workload, [s.text for s in samples])

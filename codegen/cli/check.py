@@ -3,7 +3,9 @@
 ``dragon_dsl`` checks syntax and semantics itself; whether a script applies to a kernel needs
 TVM's schedule primitives, which can abort the process, hang or take gigabytes on hostile
 input.  So, as for ``dragon apply`` and ``dragon bench``, they run in a
-``codegen.measure.worker.Worker`` within a time and memory limit.  ``dragon_dsl`` reaches this
+``codegen.measure.worker.Worker`` within a time and memory limit.  The script is applied
+statement by statement (``dragon_dsl.live.apply_script``), as the schedule-aware sampler applies
+it: the first statement refused is the one reported, with the sampler's message.  ``dragon_dsl`` reaches this
 module through the ``dragon.check_workload`` entry point, since it may not import codegen.
 """
 
@@ -41,7 +43,8 @@ def check_on_workload(texts: list[str], spec: str, target: str | None, *, timeou
     with Worker(memory_limit_mb=memory_mb) as worker:
         for text in texts:
             try:
-                reply: Any = worker.call(ApplyJob(data, text, tgt), timeout=timeout_s)
+                reply: Any = worker.call(ApplyJob(data, text, tgt, stepwise=True),
+                                         timeout=timeout_s)
             except WorkerError as exc:  # the worker is replaced for the next script
                 results.append([Diagnostic("apply", f"checking against {wl.spec} did not "
                                                     f"finish: {exc}")])

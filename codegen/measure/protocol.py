@@ -61,6 +61,9 @@ class ApplyJob:
     workload: WorkloadData
     script: str
     target: dict[str, Any]
+    # Statement by statement on a live schedule (dragon_dsl.live.apply_script), as the
+    # schedule-aware sampler applies them: `dragon check --workload` reports this way.
+    stepwise: bool = False
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,21 @@ def _apply(job: ApplyJob | BuildJob, mod):
         return _failure(Status.APPLY_ERROR, "apply", exc)
 
 
+def _apply_stepwise(job: ApplyJob, mod) -> Applied | Failed:
+    from dragon_dsl.errors import DragonError, DslSyntaxError
+    from dragon_dsl.live import apply_script
+
+    from ..targets import as_target
+
+    try:
+        live = apply_script(job.script, mod, as_target(job.target))
+    except DslSyntaxError as exc:
+        return _failure(Status.PARSE_ERROR, "parse", exc)
+    except DragonError as exc:
+        return _failure(Status.APPLY_ERROR, "apply", exc)
+    return Applied(live.sch.mod.script())
+
+
 def build_job(job: BuildJob) -> Built | Failed:
     import tvm
 
@@ -105,6 +120,8 @@ def build_job(job: BuildJob) -> Built | Failed:
 
 def apply_job(job: ApplyJob) -> Applied | Failed:
     _stage("apply")
+    if job.stepwise:
+        return _apply_stepwise(job, decode_workload(job.workload))
     scheduled = _apply(job, decode_workload(job.workload))
     return scheduled if isinstance(scheduled, Failed) else Applied(scheduled.script())
 

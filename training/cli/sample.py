@@ -3,9 +3,11 @@
     dragon sample --model runs/tiny --workload 'matmul(m=512,n=512,k=512)' -n 8
     dragon sample --model runs/tiny --workload SPEC --refine old.dragon --check
 
-By default every token is constrained by the grammar narrowed to the workload
-(``training.constraints``); ``--plain-grammar`` uses the language's grammar alone and
-``--no-constraints`` samples freely.  ``--check`` builds, verifies and times every sample
+By default decoding is schedule-aware (``training.sampling.schedule_aware``): each statement is
+applied to the kernel as it is written and the next is narrowed by the live schedule, so every
+sample applies.  ``--decoding workload`` constrains by the grammar narrowed to the workload
+(``training.constraints``) only, ``--decoding plain`` (or ``--plain-grammar``) by the
+language's grammar alone, and ``--decoding none`` (or ``--no-constraints``) samples freely.  ``--check`` builds, verifies and times every sample
 (``training.propose``) and prints JSON.  Exit codes (``ExitCode``): 0 ok, 1 no sample parsed
 (or, with --check, none was correct), 2 usage errors.
 """
@@ -23,6 +25,7 @@ from dragon_dsl.cli_kit import (
     read_source,
 )
 
+from ..propose import GRAMMARS
 from ..sampling.config import SamplingConfig
 
 __all__ = ["register"]
@@ -80,7 +83,7 @@ def cmd_sample(args) -> int:
         raise UsageError(f"Expected --latency-us > 0 but got --latency-us {args.latency_us}")
     config = config_from_args(SamplingConfig, args)
     old = _refined(args.refine) if args.refine else None
-    grammar = "none" if args.no_constraints else "plain" if args.plain_grammar else "workload"
+    grammar = "none" if args.no_constraints else "plain" if args.plain_grammar else args.decoding
     model, tokenizer = _load_model(args.model)
     evaluator = None
     if args.check or (old is not None and args.latency_us is None):
@@ -116,8 +119,9 @@ def cmd_sample(args) -> int:
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "sample", help="sample scripts for a workload from a local model",
-        description="Sample scripts for a workload from a local model directory, every token "
-                    "constrained by the workload's grammar.",
+        description="Sample scripts for a workload from a local model directory; by default "
+                    "each statement is applied to the kernel as it is written, so every "
+                    "sample applies.",
         **examples("dragon init-model runs/tiny    # an untrained tiny model to try it",
                    "dragon sample --model runs/tiny --workload 'matmul(m=512,n=512,k=512)' "
                    "-n 8 --check",
@@ -131,9 +135,12 @@ def register(subparsers) -> None:
     p.add_argument("--latency-us", type=float, help="the refined script's latency; measured "
                    "when not given")
     add_config_arguments(p, SamplingConfig, only=_FLAGS, aliases={"n": ("-n",)})
-    p.add_argument("--plain-grammar", action="store_true",
-                   help="constrain by the language's grammar only, not the workload's")
-    p.add_argument("--no-constraints", action="store_true", help="sample without any grammar")
+    p.add_argument("--decoding", choices=GRAMMARS, default="schedule",
+                   help="schedule: apply each statement as it is written (every sample "
+                        "applies); workload: the workload's grammar; plain: the language's "
+                        "grammar; none: no constraint (default: schedule)")
+    p.add_argument("--plain-grammar", action="store_true", help="same as --decoding plain")
+    p.add_argument("--no-constraints", action="store_true", help="same as --decoding none")
     p.add_argument("--check", action="store_true",
                    help="build, verify and time every sample; print JSON")
     p.add_argument("--json", action="store_true", help="print JSON")

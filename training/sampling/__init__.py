@@ -16,6 +16,12 @@ from .grammar_processor import (
     with_end_marker,
 )
 from .rollout import grammar_rollout
+from .schedule_aware import (
+    ScheduleAwareConfig,
+    ScheduleAwareResult,
+    sample_schedule_aware,
+    schedule_aware_generate,
+)
 
 __all__ = [
     "BACKENDS",
@@ -25,6 +31,8 @@ __all__ = [
     "GrammarLogitsProcessor",
     "Sample",
     "SamplingConfig",
+    "ScheduleAwareConfig",
+    "ScheduleAwareResult",
     "eos_token_ids",
     "grammar_logits_processor",
     "grammar_rollout",
@@ -32,5 +40,7 @@ __all__ = [
     "load",
     "outlines_generator",
     "sample",
+    "sample_schedule_aware",
+    "schedule_aware_generate",
     "with_end_marker",
 ]

@@ -80,3 +80,7 @@ class Sample:
     forced_tokens: int = 0
     prompt_index: int = 0  # which prompt it answers, when several were given
     error: str = ""        # the parser's message when it does not parse
+    # Schedule-aware decoding only: statements rolled back and sampled again, and whether the
+    # whole script (postproc auto included) applied to the kernel as it was written.
+    resampled: int = 0
+    applies: bool | None = None

@@ -32,6 +32,7 @@ where tokens were rolled back.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -51,7 +52,8 @@ from ..constraints import sampling_grammar
 from ..statement_grammar import statement_grammar
 from .grammar_processor import llg_tokenizer, with_end_marker
 
-__all__ = ["ScheduleAwareConfig", "ScheduleAwareResult", "schedule_aware_generate"]
+__all__ = ["ScheduleAwareConfig", "ScheduleAwareResult", "sample_schedule_aware",
+           "schedule_aware_generate"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,7 @@ class _Row:
         self.pending: torch.Tensor | None = None  # logits to sample from instead of the model's
         self.tries = 0
         self.resampled = 0
+        self.spent = 0                     # tokens sampled, rolled-back ones included
         self.plan: list[int] = []          # tokens to force
         self.finished = False
         self.finish_reason = "length"
@@ -182,7 +185,9 @@ class _Decoder:
         lark = statement_grammar(row.live, postproc_set=self.postproc_set,
                                  categorical=self.categorical[row_index])
         self.stats.narrow_seconds.append(time.perf_counter() - start)
-        row.stmt = None if row.live.postproc_set is not None else self.templates.matcher(lark)
+        if row.live.postproc_set is not None:  # complete: only the end marker may follow
+            lark = f"start: {json.dumps(self.stop or '')}"
+        row.stmt = self.templates.matcher(lark)
         row.stmt_key = lark
         row.stmt_start = len(row.tokens)
         row.tries = 0
@@ -223,8 +228,7 @@ class _Decoder:
                 self.mask[self.index[id(row)], column] = 0
             del row.tokens[row.stmt_start:], row.logprobs[row.stmt_start:]
             del row.forced[row.stmt_start:], row.columns[row.stmt_start:]
-        row.stmt = self.templates.matcher(row.stmt_key) if row.live.postproc_set is None \
-            else None
+        row.stmt = self.templates.matcher(row.stmt_key)
         row.pending = row.start_logits
 
     # ---- the loop -------------------------------------------------------------------------
@@ -243,16 +247,20 @@ class _Decoder:
         next_pos = positions[:, -1].clone() + 1
         from transformers import DynamicCache
 
-        cache = DynamicCache()
+        import inspect
+
+        # transformers 5.x names the cache argument `cache` (`past_key_values` is deprecated).
+        key = "cache" if "cache" in inspect.signature(model.forward).parameters \
+            else "past_key_values"
+        cached = {key: DynamicCache(), "use_cache": True}
         start = time.perf_counter()
         out = model(input_ids=input_ids, attention_mask=self.mask, position_ids=positions,
-                    past_key_values=cache, use_cache=True)
+                    **cached)
         self.stats.forward_seconds += time.perf_counter() - start
         logits = out.logits[:, -1, :].float()
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.eos[0]
-        max_steps = self.max_new_tokens + (self.config.sample_retries + 1) * 64
-        for _ in range(max_steps):
+        for _ in range(self.max_new_tokens + 1):
             if all(row.finished for row in rows):
                 break
             tokens = self._step(rows, logits, prompt_rows)
@@ -265,7 +273,7 @@ class _Decoder:
                     row.columns.append(column)
             start = time.perf_counter()
             out = model(input_ids=fed[:, None], attention_mask=self.mask,
-                        position_ids=next_pos[:, None], past_key_values=cache, use_cache=True)
+                        position_ids=next_pos[:, None], **cached)
             self.stats.forward_seconds += time.perf_counter() - start
             next_pos = next_pos + keep.to(next_pos.dtype)
             logits = out.logits[:, -1, :].float()
@@ -286,18 +294,18 @@ class _Decoder:
             if row.pending is not None:
                 logits[i] = row.pending
                 row.pending = None
-            if not row.plan and len(row.tokens) + len(self._closing(row)) >= self.max_new_tokens:
-                self._roll_back(row) if row.stmt is not None and \
-                    len(row.tokens) > row.stmt_start else None
+            if not row.plan and row.spent + len(self._closing(row)) >= self.max_new_tokens:
+                # The budget is near: drop the statement being written and close the script.
+                if len(row.tokens) > row.stmt_start:
+                    self._roll_back(row)
                 row.plan = list(self._closing(row))
                 row.pending = None
-            if row.stmt is not None and len(row.tokens) == row.stmt_start:
+            if len(row.tokens) == row.stmt_start:
                 row.start_logits = logits[i].clone()
             active.append(i)
             if not row.plan:
                 llguidance.torch.fill_next_token_bitmask(row.whole, whole_bits, i)
-                if row.stmt is not None:
-                    llguidance.torch.fill_next_token_bitmask(row.stmt, stmt_bits, i)
+                llguidance.torch.fill_next_token_bitmask(row.stmt, stmt_bits, i)
         bits = whole_bits & stmt_bits
         allowed = np.unpackbits(bits.numpy().view(np.uint8), axis=1, bitorder="little")
         width = min(self.vocab, logits.shape[1])
@@ -341,6 +349,7 @@ class _Decoder:
 
     def _consume(self, row: _Row, i: int, token: int, logprob: float, forced: bool,
                  prompt_row: int) -> int | None:
+        row.spent += 1
         if token in self.eos:
             row.finished, row.finish_reason = True, "end"
             return None
@@ -348,7 +357,7 @@ class _Decoder:
             row.error = row.error or f"llguidance: {row.whole.get_error()}"
             row.finished = True
             return None
-        if row.stmt is not None and not row.plan and not forced:
+        if not forced:
             if not row.stmt.consume_token(token):
                 row.error = row.error or f"statement grammar: {row.stmt.get_error()}"
         row.tokens.append(token)
@@ -423,3 +432,52 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
                      compile_seconds=decoder.templates.compile_seconds,
                      grammar_hits=decoder.templates.hits, grammar_misses=decoder.templates.misses)
     return results
+
+
+def sample_schedule_aware(model, tokenizer, prompt: str | Sequence[str],
+                          workload: Any | Sequence[Any], target: Any = "llvm",
+                          config: Any = None, aware: ScheduleAwareConfig | None = None,
+                          stats: dict | None = None) -> list:
+    """``config.n`` schedule-aware samples per prompt (a ``SamplingConfig``), in batches of
+    ``config.batch_size``, as ``Sample``s (prompt-major, like ``training.sampling.sample``).
+    ``workload``: one per prompt.  The global torch RNG is left as it was.
+
+    >>> [s.applies for s in sample_schedule_aware(model, tokenizer, prompt,       # doctest: +SKIP
+    ...                                            workload("matmul(m=64,n=64,k=64)"))]
+    [True, True, True, True, True, True, True, True]
+    """
+    from .config import Sample, SamplingConfig
+    from .generate import eos_token_ids
+
+    config = config or SamplingConfig()
+    prompts = [prompt] if isinstance(prompt, str) else list(prompt)
+    workloads = [workload] if isinstance(prompt, str) else list(workload)
+    jobs = [i for i in range(len(prompts)) for _ in range(config.n)]
+    eos = eos_token_ids(model, tokenizer)
+    samples = []
+    devices = [] if model.device.type == "cpu" else [model.device]
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(config.seed)
+        for start in range(0, len(jobs), config.batch_size):
+            rows = jobs[start:start + config.batch_size]
+            part: dict = {}
+            results = schedule_aware_generate(
+                model, tokenizer, [prompts[i] for i in rows], [workloads[i] for i in rows],
+                target, temperature=config.temperature, top_p=config.top_p,
+                max_new_tokens=config.max_new_tokens, stop=config.stop, eos_token_ids=eos,
+                config=aware, stats=part)
+            if stats is not None:
+                for key, value in part.items():
+                    stats[key] = stats.get(key, 0 if not isinstance(value, list) else []) + value
+            for i, r in zip(rows, results, strict=True):
+                error = "" if r.applies else r.error or "the script did not apply"
+                try:
+                    dragon_dsl.parse(r.text)
+                    parses = True
+                except dragon_dsl.DragonError as exc:
+                    parses, error = False, str(exc)
+                samples.append(Sample(text=r.text, finish_reason=r.finish_reason,
+                                      n_tokens=len(r.tokens), parses=parses,
+                                      forced_tokens=sum(r.forced), prompt_index=i, error=error,
+                                      resampled=r.resampled, applies=r.applies))
+    return samples
