@@ -15,7 +15,7 @@ from .grammar_processor import (
     llg_tokenizer,
     with_end_marker,
 )
-from .rollout import grammar_rollout
+from .rollout import grammar_rollout, schedule_rollout
 from .schedule_aware import (
     ScheduleAwareConfig,
     ScheduleAwareResult,
@@ -42,5 +42,6 @@ __all__ = [
     "sample",
     "sample_schedule_aware",
     "schedule_aware_generate",
+    "schedule_rollout",
     "with_end_marker",
 ]

@@ -20,7 +20,7 @@ completion, as keyword arguments.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -30,7 +30,7 @@ from training.prompts import STOP
 
 from .grammar_processor import grammar_logits_processor
 
-__all__ = ["grammar_rollout"]
+__all__ = ["grammar_rollout", "schedule_rollout"]
 
 
 def grammar_rollout(tokenizer=None, grammar: str | None = None, *, stop: str | None = STOP,
@@ -71,6 +71,59 @@ def grammar_rollout(tokenizer=None, grammar: str | None = None, *, stop: str | N
                 "finish_reason": finish, "forced_tokens": list(processor.forced_tokens)}
 
     return rollout
+
+
+def schedule_rollout(workload_of: Callable[[Any], Any] | Mapping[str, Any], target: Any = "llvm",
+                     tokenizer=None, *, stop: str | None = STOP,
+                     config: Any = None) -> Callable[[list, Any], dict[str, Any]]:
+    """A ``rollout_func`` for ``trl.GRPOTrainer`` with schedule-aware decoding
+    (``training.sampling.schedule_aware``): every rollout applies to its kernel.
+
+    ``workload_of`` maps a prompt (as the dataset holds it) to its workload: a dict or a
+    function.  The completions keep the ``stop`` marker and EOS; ``logprobs`` are those of the
+    kept tokens under the mask applied at each step (0 for tokens the sampler wrote), and reward
+    functions also receive ``finish_reason``, ``forced_tokens``, ``resampled`` (statements
+    sampled again) and ``applies``.
+
+    >>> GRPOTrainer(..., rollout_func=schedule_rollout(dict(zip(prompts, workloads))))
+    ... # doctest: +SKIP
+    """
+    from .schedule_aware import schedule_aware_generate
+
+    lookup = workload_of.__getitem__ if isinstance(workload_of, Mapping) else workload_of
+
+    def rollout(prompts: list, trainer) -> dict[str, Any]:
+        from trl.models import unwrap_model_for_generation
+
+        tok = tokenizer if tokenizer is not None else trainer.processing_class
+        generation = trainer.generation_config
+        eos = list(trainer.eos_token_ids)
+        prompt_ids = _prompt_ids(tok, prompts)
+        workloads = [lookup(p if isinstance(p, str) else _last_user_text(p)) for p in prompts]
+        with unwrap_model_for_generation(
+                trainer.model_wrapped, trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as model:
+            results = schedule_aware_generate(
+                model, tok, prompt_ids, workloads, target,
+                temperature=generation.temperature or 1.0, top_p=generation.top_p or 1.0,
+                max_new_tokens=generation.max_new_tokens, stop=stop, eos_token_ids=eos,
+                config=config)
+        completions, logprobs = [], []
+        for r in results:
+            ended = r.finish_reason == "end"
+            completions.append(r.tokens + ([eos[0]] if ended else []))
+            logprobs.append(r.logprobs + ([0.0] if ended else []))
+        return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": logprobs,
+                "finish_reason": [r.finish_reason for r in results],
+                "forced_tokens": [sum(r.forced) for r in results],
+                "resampled": [r.resampled for r in results],
+                "applies": [r.applies for r in results]}
+
+    return rollout
+
+
+def _last_user_text(messages: list) -> str:
+    return next(m["content"] for m in reversed(messages) if m.get("role") == "user")
 
 
 def _prompt_ids(tokenizer, prompts: list) -> list[list[int]]:

@@ -73,7 +73,7 @@ class ScheduleAwareResult:
     """One row: the kept tokens with their logprobs, and how decoding went."""
 
     tokens: list[int]
-    logprobs: list[float]
+    logprobs: list[float]        # under the mask applied (and the temperature)
     forced: list[bool]
     text: str
     finish_reason: str           # "end" or "length"
@@ -82,6 +82,7 @@ class ScheduleAwareResult:
     applies: bool                # every statement, postproc auto included, applied
     error: str = ""
     live: LiveSchedule | None = None
+    model_logprobs: list[float] = field(default_factory=list)  # the same tokens, no mask
 
 
 class _Row:
@@ -92,6 +93,7 @@ class _Row:
         self.stmt_key = ""
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
+        self.model_logprobs: list[float] = []  # the same tokens without the mask
         self.forced: list[bool] = []
         self.columns: list[int] = []       # cache column of each kept token
         self.stmt_start = 0                # index in tokens where the statement began
@@ -227,24 +229,35 @@ class _Decoder:
             for column in row.columns[row.stmt_start:]:
                 self.mask[self.index[id(row)], column] = 0
             del row.tokens[row.stmt_start:], row.logprobs[row.stmt_start:]
+            del row.model_logprobs[row.stmt_start:]
             del row.forced[row.stmt_start:], row.columns[row.stmt_start:]
         row.stmt = self.templates.matcher(row.stmt_key)
         row.pending = row.start_logits
 
     # ---- the loop -------------------------------------------------------------------------
 
-    def run(self, prompts: list[str], prompt_rows: list[int]) -> list[ScheduleAwareResult]:
+    def run(self, prompts: list, prompt_rows: list[int]) -> list[ScheduleAwareResult]:
         model, device = self.model, self.model.device
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
-        input_ids = enc["input_ids"].to(device)
-        self.mask = enc["attention_mask"].to(device).clone()
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
+            else self.eos[0]
+        if prompts and not isinstance(prompts[0], str):  # token ids already
+            width = max(len(p) for p in prompts)
+            input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts],
+                                     device=device)
+            self.mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                                     device=device)
+        else:
+            enc = self.tokenizer(list(prompts), return_tensors="pt", padding=True,
+                                 padding_side="left")
+            input_ids = enc["input_ids"].to(device)
+            self.mask = enc["attention_mask"].to(device).clone()
         positions = (self.mask.cumsum(-1) - 1).clamp(min=0)
         rows = [_Row(LiveSchedule(self.workloads[p], self.target), self.whole.deep_copy())
                 for p in prompt_rows]
         self.index = {id(row): i for i, row in enumerate(rows)}
         for i, row in enumerate(rows):
             self._new_statement(row, prompt_rows[i])
-        next_pos = positions[:, -1].clone() + 1
+        prompt_len = self.mask.sum(-1)
         from transformers import DynamicCache
 
         import inspect
@@ -258,8 +271,6 @@ class _Decoder:
                     **cached)
         self.stats.forward_seconds += time.perf_counter() - start
         logits = out.logits[:, -1, :].float()
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
-            else self.eos[0]
         for _ in range(self.max_new_tokens + 1):
             if all(row.finished for row in rows):
                 break
@@ -272,10 +283,13 @@ class _Decoder:
                 if t is not None:
                     row.columns.append(column)
             start = time.perf_counter()
+            # A token's position is the prompt's length plus the kept tokens before it: rolled-
+            # back tokens leave holes in the cache, not in the positions.
+            kept = torch.tensor([len(row.tokens) for row in rows], device=device)
+            positions = (prompt_len + kept - 1).clamp(min=0)
             out = model(input_ids=fed[:, None], attention_mask=self.mask,
-                        position_ids=next_pos[:, None], **cached)
+                        position_ids=positions[:, None], **cached)
             self.stats.forward_seconds += time.perf_counter() - start
-            next_pos = next_pos + keep.to(next_pos.dtype)
             logits = out.logits[:, -1, :].float()
             self.stats.steps += 1
         return [self._result(row) for row in rows]
@@ -327,6 +341,8 @@ class _Decoder:
                     continue
                 token, logprob = self._sample(logits[i, :width], ok)
                 forced = False
+            row.model_logprobs.append(float(torch.log_softmax(
+                logits[i, :width] / self.temperature, dim=-1)[token]))
             tokens[i] = self._consume(row, i, token, logprob, forced, prompt_rows[i])
         return tokens
 
@@ -351,9 +367,11 @@ class _Decoder:
                  prompt_row: int) -> int | None:
         row.spent += 1
         if token in self.eos:
+            row.model_logprobs.pop()
             row.finished, row.finish_reason = True, "end"
             return None
         if not row.whole.consume_token(token):
+            row.model_logprobs.pop()
             row.error = row.error or f"llguidance: {row.whole.get_error()}"
             row.finished = True
             return None
@@ -379,7 +397,7 @@ class _Decoder:
         applies = row.live.postproc_set is not None and not row.failed
         return ScheduleAwareResult(row.tokens, row.logprobs, row.forced, text, row.finish_reason,
                                    row.live.statements, row.resampled, applies, row.error,
-                                   row.live)
+                                   row.live, row.model_logprobs)
 
 
 def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads: Sequence[Any],

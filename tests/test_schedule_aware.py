@@ -1,0 +1,220 @@
+"""Schedule-aware decoding: every MetaSchedule script is admitted statement by statement (with
+the encoder's names), what cannot apply is refused by the statement grammar and reported by
+``dragon check`` at the same line, and an untrained model's samples all apply, with logprobs that
+match a clean forward pass despite the rolled-back tokens."""
+
+from __future__ import annotations
+
+import llguidance
+import pytest
+import torch
+
+import dragon_dsl
+from codegen.search import sample_traces
+from codegen.workloads import workload
+from dragon_dsl.live import LiveSchedule, apply_script
+from training.constraints import expand_ranges
+from training.sampling import SamplingConfig, sample_schedule_aware, schedule_aware_generate
+from training.statement_grammar import statement_grammar
+from training.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
+
+from .test_grammar import _ByteTokenizer
+from .traces import TARGETS, UNSEARCHABLE, WORKLOADS
+
+BYTES = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
+CASES = [("matmul(m=128,n=128,k=128)", "llvm", "llvm"),
+         ("conv2d(h=14,w=14,ci=16,co=16)", "llvm", "llvm"),
+         ("softmax(m=64,n=128)", "cuda", "cuda"),
+         ("layer_norm(m=32,n=64)", "cuda", "cuda"),
+         ("matmul(m=128,n=128,k=128,dtype=float16)", "cuda", "cuda-tensorcore")]
+
+
+def admits(lark: str, line: str) -> bool:
+    matcher = llguidance.LLMatcher(BYTES, llguidance.grammar_from("lark", lark), log_level=0)
+    return matcher.consume_tokens(list(line.encode())) and matcher.is_accepting()
+
+
+def walk(spec: str, target: str, rules: str, n: int) -> int:
+    """Each statement of ``n`` MetaSchedule scripts is admitted by the statement grammar of the
+    state before it, then applies; returns the statements walked."""
+    from codegen.targets import postproc_set
+
+    wl = workload(spec)
+    traces = sample_traces(wl.mod, target, rules, n, seed=3)
+    assert traces, (spec, rules)
+    walked = 0
+    for trace in traces:
+        script = expand_ranges(dragon_dsl.from_trace(
+            trace, postproc="auto", postproc_set=postproc_set(rules), workload=wl))
+        live = LiveSchedule(wl, target)
+        for line in script.splitlines():
+            lark = statement_grammar(live, postproc_set=postproc_set(rules))
+            assert admits(lark, line + "\n"), f"{spec} {rules}: refused {line!r}\n{script}"
+            live.step(line)
+            walked += 1
+        assert live.postproc_set == postproc_set(rules)
+    return walked
+
+
+@pytest.mark.parametrize("spec,target,rules", CASES)
+def test_metaschedule_scripts_are_admitted_statement_by_statement(spec, target, rules):
+    assert walk(spec, target, rules, 3) > 20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target,rules", TARGETS[:3])
+@pytest.mark.parametrize("spec", WORKLOADS)
+def test_every_family_under_every_rule_set_is_admitted(spec, target, rules):
+    if (spec, rules) in UNSEARCHABLE:
+        pytest.skip(UNSEARCHABLE[(spec, rules)][1])
+    try:
+        search = sample_traces(workload(spec).mod, target, rules, 1, seed=3)
+    except Exception as exc:  # noqa: BLE001  MetaSchedule cannot search the pair
+        pytest.skip(f"MetaSchedule: {exc}")
+    if not search:
+        pytest.skip("no sample survives MetaSchedule's postprocessors")
+    walk(spec, target, rules, 2)
+
+
+PREFIX = 'block "C" -> C\nloops C -> i, j, k\n'
+WRONG = [
+    ('block "D" -> D', "no such block"),
+    ("loops C -> i, j", "C has three loops"),
+    ("tile i [3, 5] -> i0, i1", "15 is not 128"),
+    ("parallel C", "a block where a loop goes"),
+    ("fuse i zz -> l0", "zz is not defined"),
+    ('cache_read C 2 "global" -> b0', "C reads two buffers"),
+    ("loops C -> i, j, k", "i, j, k are bound already"),
+]
+
+
+@pytest.mark.parametrize("line,why", WRONG)
+def test_what_cannot_apply_is_refused_and_check_reports_the_same_line(line, why):
+    wl = workload("matmul(m=128,n=128,k=128)")
+    live = LiveSchedule(wl, "llvm")
+    for good in PREFIX.splitlines():
+        live.step(good)
+    assert not admits(statement_grammar(live, postproc_set="llvm"), line + "\n"), why
+    found = dragon_dsl.check(PREFIX + line + "\n", workload=wl, target="llvm")
+    assert found and found[0].line == 3, (why, found)
+    with pytest.raises(dragon_dsl.DragonError):
+        live.step(line)
+    assert live.statements == 2  # a refused statement leaves the state as it was
+
+
+def test_a_loop_that_was_split_is_out_of_scope():
+    wl = workload("matmul(m=128,n=128,k=128)")
+    live = LiveSchedule(wl, "llvm")
+    for line in [*PREFIX.splitlines(), "tile i [4, 32] -> i0, i1"]:
+        live.step(line)
+    assert live.names("loop") == ["j", "k", "i0", "i1"]
+    lark = statement_grammar(live, postproc_set="llvm")
+    assert not admits(lark, "tile i [8, 16] -> i2, i3\n")
+    assert admits(lark, "tile i1 [8, 4] -> l0, l1\n")  # i1 is not a workload loop: l<N>
+    assert admits(lark, "reorder i0 j i1 k\n")
+    found = dragon_dsl.check(PREFIX + "tile i [4, 32] -> i0, i1\nparallel i\n", workload=wl,
+                             target="llvm")
+    assert found and found[0].line == 4
+
+
+def test_apply_script_is_the_checker():
+    wl = workload("matmul(m=64,n=64,k=64)")
+    [trace] = sample_traces(wl.mod, "llvm", "llvm", 1, seed=1)
+    script = dragon_dsl.from_trace(trace, postproc="auto", postproc_set="llvm", workload=wl)
+    live = apply_script(script, wl, "llvm")
+    assert live.postproc_set == "llvm"
+    assert dragon_dsl.check(script, workload=wl, target="llvm") == []
+
+
+# ---- sampling ---------------------------------------------------------------------------------
+
+SPECS = ["matmul(m=128,n=128,k=128)", "softmax(m=32,n=64)", "conv2d(h=14,w=14,ci=16,co=16)",
+         "layer_norm(m=32,n=64)"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer(TokenizerConfig(
+        workloads=("matmul(m=64,n=64,k=64)", "softmax(m=32,n=64)"), targets=("llvm",),
+        traces_per_workload=2))
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    torch.manual_seed(0)
+    return tiny_model(tokenizer).eval()
+
+
+@pytest.fixture(scope="module")
+def samples(model, tokenizer):
+    from training.prompts import construction_prompt
+
+    wls = [workload(s) for s in SPECS]
+    stats: dict = {}
+    out = sample_schedule_aware(model, tokenizer,
+                                [construction_prompt(w, "llvm") for w in wls], wls, "llvm",
+                                SamplingConfig(n=12, batch_size=24, max_new_tokens=192, seed=1),
+                                stats=stats)
+    return out, wls, stats
+
+
+def test_untrained_samples_all_end_parse_and_apply(samples):
+    out, wls, stats = samples
+    assert len(out) == 48
+    for s in out:
+        assert s.finish_reason == "end" and s.parses and s.applies, s
+        found = dragon_dsl.check(s.text, workload=wls[s.prompt_index], target="llvm")
+        assert found == [], (s.text, found)  # checked again, independently of the sampler
+    assert sum(s.resampled for s in out) > 0  # the untrained model's statements do get refused
+    assert len(stats["replay_seconds"]) > len(out)
+
+
+def test_logprobs_are_those_of_a_clean_forward_pass(model, tokenizer):
+    """Rolled-back tokens leave holes in the key/value cache; the kept tokens must get the
+    same distribution as the same sequence without holes."""
+    from training.prompts import construction_prompt
+
+    wl = workload("matmul(m=128,n=128,k=128)")
+    prompt = construction_prompt(wl, "llvm")
+    torch.manual_seed(3)
+    results = schedule_aware_generate(model, tokenizer, [prompt] * 6, [wl] * 6, "llvm",
+                                      max_new_tokens=160)
+    assert any(r.resampled for r in results)
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"][0].tolist()
+    for r in results:
+        sequence = torch.tensor([ids + r.tokens])
+        with torch.no_grad():
+            logits = model(sequence).logits[0, len(ids) - 1:-1].float()
+        clean = torch.log_softmax(logits, dim=-1)[torch.arange(len(r.tokens)), r.tokens]
+        assert torch.allclose(clean, torch.tensor(r.model_logprobs), atol=1e-3), r.text
+        for masked, free, forced in zip(r.logprobs, r.model_logprobs, r.forced, strict=True):
+            assert masked == 0.0 if forced else masked >= free - 1e-4
+
+
+def test_grpo_rollouts_apply(tmp_path, tokenizer, monkeypatch):
+    datasets = pytest.importorskip("datasets")
+    trl = pytest.importorskip("trl")
+    from training.prompts import STOP, construction_prompt
+    from training.sampling import schedule_rollout
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    torch.manual_seed(2)
+    policy = tiny_model(tokenizer)
+    wls = {construction_prompt(workload(s), "llvm"): workload(s) for s in SPECS[:2]}
+    seen = []
+
+    def applies(completions, applies, resampled, **kwargs):
+        seen.extend(zip(completions, applies, strict=True))
+        return [float(a) for a in applies]
+
+    args = trl.GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4,
+                          num_generations=4, max_completion_length=64, max_steps=1,
+                          report_to=[], use_cpu=True, save_strategy="no", logging_steps=1)
+    trainer = trl.GRPOTrainer(
+        model=policy, processing_class=tokenizer, reward_funcs=[applies], args=args,
+        train_dataset=datasets.Dataset.from_dict({"prompt": list(wls)}),
+        rollout_func=schedule_rollout(wls, "llvm"))
+    trainer.train()
+    assert len(seen) == 4
+    for completion, ok in seen:
+        assert ok and completion.endswith(STOP)
