@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_prompts.py
 	$(BIN)/python benchmarks/bench_sampling.py
 	$(BIN)/python benchmarks/bench_constraints.py
+	$(BIN)/python benchmarks/bench_live_apply.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
