@@ -83,7 +83,6 @@ class LiveSchedule:
         other.__dict__.update(self.__dict__)
         other.sch = self.sch.copy()
         other.rvs, other.kinds, other._nice = dict(self.rvs), dict(self.kinds), set(self._nice)
-        other._all = list(getattr(self, "_all", []))
         other._decoder = _copy_decoder(self._decoder)
         other._namer = _copy_namer(self._namer)
         return other
@@ -139,10 +138,8 @@ class LiveSchedule:
         return list(stmt.targets)
 
     def _run(self, inst: Inst, stmt: Stmt) -> None:
-        try:
-            from .live_apply import apply_inst
-        except ImportError:  # pragma: no cover  TEMPORARY until live_apply lands
-            apply_inst = self._replay_apply
+        from .live_apply import ApplyError, apply_inst
+
         env = self.rvs
         try:
             inputs = [value_to_tvm(v, env) for v in inst.inputs]
@@ -151,41 +148,21 @@ class LiveSchedule:
         except KeyError as exc:  # the decoder binds every name it resolves; defensive
             raise self._error(stmt, f"{exc.args[0]!r} is not defined") from None
         self._check(inst, inputs, decision, stmt)
-        self._pending = inst
         try:
             outputs = apply_inst(self.sch, inst.kind, inputs, attrs, decision)
-        except DragonError:
-            raise
-        except Exception as exc:  # noqa: BLE001  TVM raises ScheduleError and friends
+        except ApplyError as exc:
             hint = ""
             if inst.kind == "GetSBlock":
                 hint = f" (the kernel's blocks now: {', '.join(self.block_names())})"
             raise self._error(stmt, f"the workload refuses {stmt.op} ({inst.kind}): "
-                                    f"{tvm_message(exc)}{hint}") from None
+                                    f"{exc.tvm_reason}{hint}") from None
+        except DragonError as exc:
+            raise self._error(stmt, str(exc)) from None
         if len(outputs) != len(inst.outputs):
             raise self._error(stmt, f"{stmt.op} gives {len(outputs)} results but "
                                     f"{len(inst.outputs)} names follow '->'")
         for name, rv in zip(inst.outputs, outputs, strict=True):
             env[name] = rv
-
-    def _replay_apply(self, sch, kind, inputs, attrs, decision):  # TEMPORARY
-        from tvm.s_tir.schedule import Schedule
-
-        from .tvm_bridge import trace_from_insts
-
-        self._all = getattr(self, "_all", [])
-        insts = [*self._all, self._pending]
-        trace = trace_from_insts(insts)
-        fresh = Schedule(self.mod, error_render_level="detail")
-        trace.apply_to_schedule(fresh, remove_postproc=False)
-        env = {}
-        for a, b in zip(insts, fresh.trace.insts, strict=True):
-            for name, rv in zip(a.outputs, b.outputs, strict=True):
-                env[name] = rv
-        self.sch = fresh
-        self.rvs.update(env)
-        self._all = insts
-        return [env[n] for n in self._pending.outputs]
 
     def _check(self, inst: Inst, inputs: list, decision, stmt: Stmt) -> None:
         """What TVM would not say clearly: counts of ``loops``/``children`` and tile factors."""

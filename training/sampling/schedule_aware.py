@@ -218,7 +218,6 @@ class _Decoder:
             # Out of retries, or the closing `postproc auto` itself was refused: end here.
             row.failed = True
             row.plan = list(self.closing_after_postproc if row.plan else self.closing)
-            row.pending = None
         return False
 
     def _roll_back(self, row: _Row) -> None:
@@ -312,8 +311,9 @@ class _Decoder:
                 # The budget is near: drop the statement being written and close the script.
                 if len(row.tokens) > row.stmt_start:
                     self._roll_back(row)
+                    logits[i] = row.pending
+                    row.pending = None
                 row.plan = list(self._closing(row))
-                row.pending = None
             if len(row.tokens) == row.stmt_start:
                 row.start_logits = logits[i].clone()
             active.append(i)
