@@ -1,7 +1,8 @@
-"""Do workload-aware constraints pay?  Shares of samples that parse, apply, build and are
-numerically correct, for a tiny model untrained and after a few minutes of supervised training,
-sampled three ways in one run: unconstrained, under the language's grammar, and under the
-grammar narrowed to the workload (``training.constraints``).
+"""Do constraints pay?  Shares of samples that parse, apply, build and are numerically correct,
+for a tiny model untrained and after a few minutes of supervised training, sampled four ways in
+one run: unconstrained, under the language's grammar, under the grammar narrowed to the workload
+(``training.constraints``), and schedule-aware (``training.sampling.schedule_aware``: each
+statement applied as it is written, refused ones sampled again).
 
     python benchmarks/bench_constraints.py [--samples 16] [--sft-steps 300]
 
@@ -69,7 +70,7 @@ def shares(model, tokenizer, evaluator, samples: int, mode: str, reasons: Counte
     from codegen.workloads import workload
     from training.constraints import workload_grammar
     from training.prompts import construction_prompt
-    from training.sampling import SamplingConfig, sample
+    from training.sampling import SamplingConfig, sample, sample_schedule_aware
 
     counts = Counter()
     for spec in EVAL:
@@ -77,8 +78,14 @@ def shares(model, tokenizer, evaluator, samples: int, mode: str, reasons: Counte
         config = SamplingConfig(n=samples, max_new_tokens=384, seed=1, batch_size=samples,
                                 constrained=mode != "unconstrained",
                                 grammar=workload_grammar(wl) if mode == "workload" else None)
-        drawn = sample(model, tokenizer, construction_prompt(wl, "llvm"), config)
+        prompt = construction_prompt(wl, "llvm")
+        if mode == "schedule":
+            drawn = sample_schedule_aware(model, tokenizer, prompt, wl, "llvm", config)
+        else:
+            drawn = sample(model, tokenizer, prompt, config)
         counts["samples"] += len(drawn)
+        counts["resampled"] += sum(s.resampled for s in drawn)
+        counts["statements"] += sum(_statements(s.text) for s in drawn)
         counts["cut"] += sum(s.finish_reason == "length" for s in drawn)
         scripts = [s.text for s in drawn if s.text.strip()]
         counts["empty"] += len(drawn) - len(scripts)
@@ -91,8 +98,14 @@ def shares(model, tokenizer, evaluator, samples: int, mode: str, reasons: Counte
             if o.status is Status.APPLY_ERROR:
                 reasons[_reason(o.message)] += 1
     n = counts["samples"]
-    return {k: counts[k] / n for k in ("empty", "cut", "parse", "apply", "build", "correct")} | {
-        "n": n}
+    keys = ("empty", "cut", "parse", "apply", "build", "correct", "resampled", "statements")
+    return {k: counts[k] / n for k in keys} | {"n": n}
+
+
+def _statements(text: str) -> int:
+    """Statements before ``postproc``: what the model scheduled itself."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return sum(1 for ln in lines if not ln.startswith("postproc"))
 
 
 def _reason(message: str) -> str:
@@ -132,7 +145,7 @@ def main() -> None:
                 with tempfile.TemporaryDirectory() as out:
                     model = sft(model, tokenizer, rows, args.sft_steps, out)
                 print(f"SFT: {time.time() - t:.0f} s", flush=True)
-            for mode in ("unconstrained", "grammar", "workload"):
+            for mode in ("unconstrained", "grammar", "workload", "schedule"):
                 t = time.time()
                 reasons[stage, mode] = Counter()
                 results.append((stage, mode, shares(model, tokenizer, ev, args.samples, mode,
@@ -142,11 +155,13 @@ def main() -> None:
     print("Each column is a share of all samples; parse, apply, build and correct count "
           "non-empty scripts only.")
     print()
-    print("| model | sampling | n | empty | cut at budget | parse | apply | build | correct |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | sampling | n | empty | cut at budget | parse | apply | build | correct | "
+          "statements per script | resampled per script |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for stage, mode, s in results:
         print(f"| {stage} | {mode} | {s['n']} | {s['empty']:.0%} | {s['cut']:.0%} | "
-              f"{s['parse']:.0%} | {s['apply']:.0%} | {s['build']:.0%} | {s['correct']:.0%} |")
+              f"{s['parse']:.0%} | {s['apply']:.0%} | {s['build']:.0%} | {s['correct']:.0%} | "
+              f"{s['statements']:.1f} | {s['resampled']:.2f} |")
     print()
     for (stage, mode), counter in reasons.items():
         if counter:

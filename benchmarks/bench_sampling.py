@@ -1,6 +1,7 @@
 """What does the grammar cost?  Tokens per second sampled unconstrained, under the language's
-grammar and under the grammar narrowed to the workload, on the same model and prompts in one run;
-the mask time per row and step (median, p99); grammar compile times.
+grammar, under the grammar narrowed to the workload and schedule-aware, on the same model and
+prompts in one run; the mask time per row and step (median, p99); grammar compile times; for
+schedule-aware decoding, the median time to apply one statement and to narrow the next.
 
     python benchmarks/bench_sampling.py [--tokens 128] [--batch 16] [--repeats 5]
 
@@ -10,6 +11,11 @@ sequences of the same lengths and differ only by the constraint.  Modes alternat
 repeat; the table gives medians over repeats, each mode's time relative to unconstrained, and
 the share of the wall time spent in the logits processor (feeding matchers, computing and
 applying masks), which machine noise does not move as much as the ratio.
+
+Schedule-aware decoding runs its own loop (it takes rolled-back tokens out of the cache) and its
+rows end when their script does, so it is compared per decoding step (one forward pass for the
+batch), prefill excluded in both: (its seconds - prefill) / steps against the unconstrained
+(seconds - prefill) / tokens, with the prefill (one forward pass over the prompts) timed apart.
 Models are untrained Llama models from ``training.tokenizer.tiny_model`` (CPU, the torch default
 thread count): the smaller the model, the cheaper its forward pass and the more the mask shows.
 """
@@ -22,7 +28,7 @@ import time
 
 STATEMENTS = ["matmul(m=128,n=128,k=128)", "softmax(m=32,n=64)", "conv2d(h=14,w=14,ci=16,co=16)",
          "layer_norm(m=32,n=64)"]
-MODES = ("unconstrained", "grammar", "workload")
+MODES = ("unconstrained", "grammar", "workload", "schedule")
 
 
 def compile_times(tokenizer, workloads) -> dict[str, float]:
@@ -56,6 +62,8 @@ def run_mode(model, tokenizer, prompts, grammars, mode: str, tokens: int, batch:
     from training.sampling import grammar_logits_processor
 
     elapsed, steps = 0.0, []
+    if mode == "schedule":
+        return run_schedule(model, tokenizer, prompts, tokens, batch)
     for prompt, grammar in zip(prompts, grammars, strict=True):
         inputs = tokenizer([prompt] * batch, return_tensors="pt")
         hooks = {}
@@ -74,6 +82,49 @@ def run_mode(model, tokenizer, prompts, grammars, mode: str, tokens: int, batch:
         if hooks:
             steps += processor.steps
     return elapsed, steps
+
+
+WORKLOADS: dict = {}
+
+
+def run_schedule(model, tokenizer, prompts, tokens: int, batch: int):
+    """Schedule-aware decoding of the same prompts: seconds per step with the prefill taken
+    out, and the per-statement timings."""
+    import torch
+
+    from training.sampling import schedule_aware_generate
+
+    per_step, stats = [], {"replay": [], "narrow": [], "steps": 0, "overhead": 0.0,
+                           "elapsed": 0.0}
+    for prompt in prompts:
+        part: dict = {}
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        schedule_aware_generate(model, tokenizer, [prompt] * batch, [WORKLOADS[prompt]] * batch,
+                                "llvm", max_new_tokens=tokens, stats=part)
+        elapsed = time.perf_counter() - start - part["prefill_seconds"]
+        per_step.append(elapsed / max(part["steps"], 1))
+        stats["replay"] += part["replay_seconds"]
+        stats["narrow"] += part["narrow_seconds"]
+        stats["steps"] += part["steps"]
+        stats["elapsed"] += elapsed
+        stats["overhead"] += (part["mask_seconds"] + sum(part["replay_seconds"])
+                              + sum(part["narrow_seconds"]))
+    return statistics.mean(per_step) * tokens * len(prompts), [], stats
+
+
+def prefill_seconds(model, tokenizer, prompts, batch: int) -> float:
+    """One forward pass over each prompt's batch: the prefill both loops start with."""
+    import torch
+
+    total = 0.0
+    for prompt in prompts:
+        inputs = tokenizer([prompt] * batch, return_tensors="pt")
+        start = time.perf_counter()
+        with torch.no_grad():
+            model(**inputs)
+        total += time.perf_counter() - start
+    return total
 
 
 def main() -> None:
@@ -98,12 +149,13 @@ def main() -> None:
     workloads = [workload(s) for s in STATEMENTS]
     prompts = [construction_prompt(wl, "llvm") for wl in workloads]
     grammars = [workload_grammar(wl) for wl in workloads]
+    WORKLOADS.update(zip(prompts, workloads, strict=True))
     compiled = compile_times(tokenizer, workloads)
     print(f"vocabulary {len(tokenizer)}, {len(STATEMENTS)} prompts x {args.batch} rows x "
           f"{args.tokens} tokens, {args.repeats} repeats, torch threads "
           f"{torch.get_num_threads()}", flush=True)
 
-    rows = []
+    rows, notes = [], []
     for size in args.sizes.split(","):
         hidden, layers = (int(x) for x in size.split("x"))
         torch.manual_seed(0)
@@ -111,15 +163,27 @@ def main() -> None:
                            num_hidden_layers=layers)
         params = sum(p.numel() for p in model.parameters())
         run_mode(model, tokenizer, prompts[:1], grammars[:1], "grammar", 8, 2)  # warm-up
+        run_mode(model, tokenizer, prompts[:1], grammars[:1], "schedule", 8, 2)
         seconds = {m: [] for m in MODES}
         steps = {m: [] for m in MODES}
         in_processor = {m: [] for m in MODES}
+        statement = {"replay": [], "narrow": []}
         for _ in range(args.repeats):
+            prefill = prefill_seconds(model, tokenizer, prompts, args.batch)
             for mode in MODES:
-                t, s = run_mode(model, tokenizer, prompts, grammars, mode, args.tokens, args.batch)
+                result = run_mode(model, tokenizer, prompts, grammars, mode, args.tokens,
+                                  args.batch)
+                t, s = result[0], result[1]
+                if mode == "schedule":  # already per step, prefill excluded
+                    statement["replay"] += result[2]["replay"]
+                    statement["narrow"] += result[2]["narrow"]
+                else:
+                    t -= prefill
                 seconds[mode].append(t)
                 steps[mode] += s
-                in_processor[mode].append(sum(x for x, _ in s) / t)
+                in_processor[mode].append(
+                    result[2]["overhead"] / result[2]["elapsed"] if mode == "schedule"
+                    else sum(x for x, _ in s) / t)
         n_tokens = len(prompts) * args.batch * args.tokens
         base = statistics.median(seconds["unconstrained"])
         for mode in MODES:
@@ -129,6 +193,12 @@ def main() -> None:
                          median / base, statistics.median(in_processor[mode]),
                          *(np.percentile(per_row, [50, 99]) if len(per_row) else (None, None)),
                          compiled.get(mode)))
+        replay = np.array(statement["replay"]) * 1e3
+        narrow = np.array(statement["narrow"]) * 1e3
+        notes.append(f"{size}: schedule-aware, per statement: apply median {np.median(replay):.2f}"
+                     f" ms (p90 {np.percentile(replay, 90):.2f}), narrowing the next median "
+                     f"{np.median(narrow):.2f} ms (p90 {np.percentile(narrow, 90):.2f}); "
+                     f"{len(replay)} statements")
         print(f"model {size} done", flush=True)
 
     print()
@@ -140,6 +210,9 @@ def main() -> None:
         comp = "-" if compile_s is None else f"{compile_s * 1e3:.0f} ms"
         print(f"| {model} | {mode} | {rate:,.0f} | {ratio:.2f}x | {share:.1%} | {mask[0]} | "
               f"{mask[1]} | {comp} |")
+    print()
+    for note in notes:
+        print(note)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,7 @@ class _Stats:
     narrow_seconds: list[float] = field(default_factory=list)
     mask_seconds: float = 0.0
     forward_seconds: float = 0.0
+    prefill_seconds: float = 0.0
     steps: int = 0
 
 
@@ -268,7 +269,7 @@ class _Decoder:
         start = time.perf_counter()
         out = model(input_ids=input_ids, attention_mask=self.mask, position_ids=positions,
                     **cached)
-        self.stats.forward_seconds += time.perf_counter() - start
+        self.stats.prefill_seconds += time.perf_counter() - start
         logits = out.logits[:, -1, :].float()
         for _ in range(self.max_new_tokens + 1):
             if all(row.finished for row in rows):
@@ -321,47 +322,44 @@ class _Decoder:
                 llguidance.torch.fill_next_token_bitmask(row.whole, whole_bits, i)
                 llguidance.torch.fill_next_token_bitmask(row.stmt, stmt_bits, i)
         bits = whole_bits & stmt_bits
-        allowed = np.unpackbits(bits.numpy().view(np.uint8), axis=1, bitorder="little")
         width = min(self.vocab, logits.shape[1])
+        allowed = torch.from_numpy(np.unpackbits(bits.numpy().view(np.uint8), axis=1,
+                                                 bitorder="little")[:, :width].astype(bool))
+        allowed = allowed.to(logits.device)
         self.stats.mask_seconds += time.perf_counter() - start
+        # All rows at once: the masked distribution, a draw from it, and (for diagnostics) the
+        # model's own log-probability of the drawn token.
+        scores = logits[:, :width] / self.temperature
+        free = torch.log_softmax(scores, dim=-1)
+        masked = torch.log_softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        empty = ~allowed.any(dim=-1)
+        probs = masked.exp().nan_to_num(0.0)
+        if self.top_p < 1.0:
+            probs = _nucleus(probs, self.top_p)
+            masked = probs.log()
+        probs[empty] = 1.0  # rows that sample nothing this step (forced, finished, stuck)
+        drawn = torch.multinomial(probs, 1)[:, 0].tolist()
         tokens: list[int | None] = [None] * n
         for i in active:
             row = rows[i]
             if row.plan:
                 token, logprob, forced = row.plan.pop(0), 0.0, True
+            elif bool(empty[i]):
+                row.error = row.error or "no token is allowed by both grammars"
+                row.failed = True
+                row.plan = list(self._closing(row))
+                if not row.plan:
+                    row.finished = True
+                continue
             else:
-                ok = torch.from_numpy(allowed[i, :width].astype(bool))
-                if not bool(ok.any()):
-                    row.error = row.error or "no token is allowed by both grammars"
-                    row.failed = True
-                    row.plan = list(self._closing(row))
-                    tokens[i] = None
-                    if not row.plan:
-                        row.finished = True
-                    continue
-                token, logprob = self._sample(logits[i, :width], ok)
-                forced = False
-            row.model_logprobs.append(float(torch.log_softmax(
-                logits[i, :width] / self.temperature, dim=-1)[token]))
+                token, forced = drawn[i], False
+                logprob = float(masked[i, token])
+            row.model_logprobs.append(float(free[i, token]))
             tokens[i] = self._consume(row, i, token, logprob, forced, prompt_rows[i])
         return tokens
 
     def _closing(self, row: _Row) -> list[int]:
         return self.closing_after_postproc if row.live.postproc_set is not None else self.closing
-
-    def _sample(self, logits: torch.Tensor, ok: torch.Tensor) -> tuple[int, float]:
-        scores = logits.masked_fill(~ok, float("-inf")) / self.temperature
-        logp = torch.log_softmax(scores, dim=-1)
-        probs = logp.exp()
-        if self.top_p < 1.0:
-            ordered, order = probs.sort(descending=True)
-            cut = ordered.cumsum(-1) - ordered >= self.top_p
-            ordered[cut] = 0
-            probs = torch.zeros_like(probs).scatter(0, order, ordered)
-            probs = probs / probs.sum()
-            logp = probs.log()
-        token = int(torch.multinomial(probs, 1))
-        return token, float(logp[token])
 
     def _consume(self, row: _Row, i: int, token: int, logprob: float, forced: bool,
                  prompt_row: int) -> int | None:
@@ -446,10 +444,20 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
         stats.update(replay_seconds=decoder.stats.replay_seconds,
                      narrow_seconds=decoder.stats.narrow_seconds,
                      mask_seconds=decoder.stats.mask_seconds,
-                     forward_seconds=decoder.stats.forward_seconds, steps=decoder.stats.steps,
+                     forward_seconds=decoder.stats.forward_seconds,
+                     prefill_seconds=decoder.stats.prefill_seconds, steps=decoder.stats.steps,
+                     kept_tokens=sum(len(r.tokens) for r in results),
                      compile_seconds=decoder.templates.compile_seconds,
                      grammar_hits=decoder.templates.hits, grammar_misses=decoder.templates.misses)
     return results
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Each row's smallest set of tokens whose probability reaches ``top_p``, renormalised."""
+    ordered, order = probs.sort(dim=-1, descending=True)
+    ordered[ordered.cumsum(-1) - ordered >= top_p] = 0
+    kept = torch.zeros_like(probs).scatter(-1, order, ordered)
+    return kept / kept.sum(-1, keepdim=True).clamp(min=1e-30)
 
 
 def sample_schedule_aware(model, tokenizer, prompt: str | Sequence[str],
