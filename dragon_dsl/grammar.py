@@ -159,6 +159,15 @@ class Definition:
     def alternatives(self) -> list[str]:
         return _split(self.body, self.name)
 
+    @property
+    def lexemes(self) -> list[str]:
+        """The body's lexemes: ``"tile"``, ``name``, ``/[0-9]+/``, ``(``, ``?``, ``|``, ...
+
+        >>> Definition("opt", '"max_inner" "=" INT').lexemes
+        ['"max_inner"', '"="', 'INT']
+        """
+        return _lexemes(self.body, self.name)
+
     def __str__(self) -> str:
         return self.source if self.source is not None else f"{self.prefix}{self.name}: {self.body}"
 

@@ -3,6 +3,8 @@ cannot fit the kernel is refused."""
 
 from __future__ import annotations
 
+import re
+
 import llguidance
 import pytest
 
@@ -95,12 +97,12 @@ def test_glued_keywords_and_numbers_the_parser_refuses_are_not_sampled():
     plain = llguidance.grammar_from("lark", sampling_grammar())
     for text in ["reindex b0 write 0 -> b1\n", "tile l0 [4, 8] -> l1, l2 factors v0, v1\n",
                  "split l0 [4, 8] preserve_unit_iters=true disable_predication=true -> l1, l2\n",
-                 "postproc\n", "postproc auto llvm\n", "@Foo(x-3, 4i8, 1.5, 2e-3f32; )\n"]:
+                 "postproc\n", "postproc auto llvm\n", "@Foo(x - 3, 4i8, 1.5, 2e-3f32;)\n"]:
         assert accepts(plain, text), text
         dragon_dsl.parse(text)
     for text in ["reindex b0 write4 -> b1\n", "tile l0 [4] -> l1 factorsv0\n",
-                 "@Foo(1.5i8; )\n", "@Foo(300i8; )\n", "@Foo(1e999; )\n", "@Foo(1e9f16; )\n",
-                 "@Foo(-1u32; )\n"]:
+                 "@Foo(1.5i8;)\n", "@Foo(300i8;)\n", "@Foo(1e999;)\n", "@Foo(1e9f16;)\n",
+                 "@Foo(-1u32;)\n"]:
         assert not accepts(plain, text), text
         with pytest.raises(dragon_dsl.DragonError):
             dragon_dsl.parse(text)
@@ -136,20 +138,84 @@ def _random_walks(lark: str, n: int, seed: int):
         yield None if path is None else bytes(text) + bytes(path)
 
 
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NUMBER = re.compile(r"(?<![\w.])-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?(?:[iuf][0-9]+|b)?"
+                     r"(?![\w.])")
+_DTYPE = re.compile(r": (?:u?int|float|bfloat)[0-9]+\b|: bool\b")
+
+
+def _layout(script: str) -> str:
+    """``script`` with what the printer respells erased, its layout kept: each string is `""`,
+    each number `0`, an index-map variable loses its dtype, and a parenthesis that only groups
+    goes (the printer writes `a + b` for `(a + b)`), the spaces around it staying.  The sampling
+    grammars fix the layout, not how a literal is spelled.
+
+    >>> _layout('@K((a + b) * c, min(x, 1.5f32), "\\u00e9"; map(i: int32 => i))')
+    '@K(a + b * c, min(x, 0), ""; map(i => i))'
+    """
+    text = _DTYPE.sub("", _NUMBER.sub("0", _STRING.sub('""', script)))
+    out, grouping = [], []
+    for i, c in enumerate(text):
+        if c == "(":
+            grouping.append(i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_>"))
+            if grouping[-1]:
+                continue
+        elif c == ")" and grouping and grouping.pop():
+            continue
+        out.append(c)
+    return "".join(out)
+
+
 @pytest.mark.parametrize("spec,n", [(None, 600), ("matmul(m=128,n=128,k=128)", 200),
                                     ("conv2d(n=1,h=14,w=14,ci=16,co=16)", 200)])
-def test_what_the_sampling_grammars_admit_parses(spec, n):
+def test_what_the_sampling_grammars_admit_parses_in_canonical_layout(spec, n):
+    """Everything admitted parses, and is laid out as the printer lays it out: formatting it
+    (with its ranges written out again) changes no space and no line break."""
     lark = sampling_grammar() if spec is None else workload_grammar(workload(spec))
     scripts = list(_random_walks(lark, n, seed=0))
-    closed = [s for s in scripts if s is not None]
+    closed = [s.decode() for s in scripts if s is not None]
     assert len(closed) >= 0.97 * n  # a few prefixes have no closing string the closer finds
-    refused = []
+    refused, moved = [], []
     for script in closed:
         try:
-            dragon_dsl.parse(script)
+            canonical = expand_ranges(dragon_dsl.format(script))
         except dragon_dsl.DragonError as exc:
             refused.append((script[-80:], str(exc).splitlines()[0]))
+            continue
+        if _layout(canonical) != _layout(script):
+            moved.append((script[-80:], canonical[-80:]))
     assert not refused, f"{len(refused)} of {len(closed)} refused by the parser: {refused[:3]}"
+    assert not moved, f"{len(moved)} of {len(closed)} not in canonical layout: {moved[:3]}"
+    assert sum(expand_ranges(dragon_dsl.format(s)) == s for s in closed) >= len(closed) // 4
+
+
+# A canonical script, and the same script with one space or line break moved: each parses and
+# means the same, and only the first is how the printer writes it.
+CANONICAL = ('block "C" -> C\nloops C -> i, j, k\ntile i [4, 2, 2] -> i0, i1, i2\n'
+             "fuse i0 i1 -> l3\nannotate C unroll=16\n@Foo(x - 3, [1, 2]; {\"a\": 1}) -> v0\n"
+             "postproc auto llvm\n")
+MOVED = [
+    ("tile i", "tile  i"), ("i0, i1, i2", "i0 ,i1, i2"), ("i0, i1, i2", "i0,i1, i2"),
+    ("[4, 2, 2]", "[4,2, 2]"), ("[4, 2, 2]", "[ 4, 2, 2]"), ("[4, 2, 2]", "[4, 2, 2 ]"),
+    ("-> C\n", "-> C \n"), ("loops", " loops"), ("tile i", "tile\ti"), ("-> i0", "->i0"),
+    ("C\nloops", "C\n\nloops"), ("C\nloops", "C\r\nloops"), ("unroll=16", "unroll = 16"),
+    ("fuse i0 i1", "fuse i0  i1"), ("@Foo(x", "@Foo (x"), ("(x - 3", "( x - 3"),
+    ("x - 3", "x-3"), ("; {", ";{"), ('"a": 1', '"a" : 1'), ('"a": 1', '"a":1'),
+    ("llvm\n", "llvm\n\n"), ("llvm\n", "llvm"),
+]
+
+
+@pytest.mark.parametrize("spec", [None, "matmul(m=16,n=16,k=16)"])
+def test_only_the_canonical_layout_is_admitted(spec):
+    lark = sampling_grammar() if spec is None else workload_grammar(workload(spec))
+    grammar = llguidance.grammar_from("lark", lark)
+    assert expand_ranges(dragon_dsl.format(CANONICAL)) == CANONICAL
+    assert accepts(grammar, CANONICAL)
+    for old, new in MOVED:
+        assert CANONICAL.count(old) == 1, old
+        text = CANONICAL.replace(old, new)
+        assert not accepts(grammar, text), repr(new)
+        assert dragon_dsl.parse(text) == dragon_dsl.parse(CANONICAL), repr(new)  # the same
 
 
 def test_result_counts_match_what_decoding_requires():
@@ -170,7 +236,8 @@ def test_result_counts_match_what_decoding_requires():
 
 def test_postproc_auto_comes_last():
     narrow = llguidance.grammar_from("lark", sampling_grammar())
-    assert accepts(narrow, "loops C -> i\npostproc auto llvm\n\n")
+    assert accepts(narrow, "loops C -> i\npostproc auto llvm\n")
+    assert not accepts(narrow, "loops C -> i\npostproc auto llvm\n\n")  # no blank lines
     assert accepts(narrow, "loops C -> i\npostproc\nloops C -> j\n")
     assert not accepts(narrow, "postproc auto llvm\nloops C -> i\n")
     with pytest.raises(dragon_dsl.DragonError, match="nothing may follow"):

@@ -19,8 +19,9 @@ PACKAGES = ("dragon_dsl", "codegen", "training")
 LAYERS = {
     "codegen": ["codegen.targets", "codegen.workloads", "codegen.apply", "codegen.measure",
                 "codegen.search", "codegen.bench", "codegen.cli"],
-    "training": ["training.kernel_text", "training.prompts", "training.constraints",
-                 "training.tokenizer", "training.sampling", "training.propose", "training.cli"],
+    "training": ["training.kernel_text", "training.prompts", "training.layout",
+                 "training.constraints", "training.tokenizer", "training.sampling",
+                 "training.propose", "training.cli"],
 }
 
 

@@ -11,7 +11,8 @@ The language's grammar admits any script; this narrows it so that a sampled scri
 - draw categorical decisions from MetaSchedule's candidate lists (unroll steps, cooperative
   fetch widths) with an index inside the list.
 
-Like ``sampling_grammar`` (which it starts from) it has no name ranges.  The result is
+Like ``sampling_grammar`` (which it starts from) it has no name ranges and admits the canonical
+layout only.  The result is
 llguidance Lark (it is compiled in milliseconds per workload), not for the Lark
 parser: samples are still parsed with the one grammar.  Every MetaSchedule-sampled script of
 the workload stays accepted (tested), so the constraints remove only what cannot apply.
@@ -28,6 +29,8 @@ from typing import Any
 
 from dragon_dsl.grammar import Grammar
 from dragon_dsl.statements import STATEMENTS
+
+from .layout import canonical_lines, canonical_spacing
 
 __all__ = ["CATEGORICAL_LISTS", "MAX_FACTORS", "expand_ranges", "kernel_loops", "sampling_grammar",
            "workload_grammar"]
@@ -103,21 +106,30 @@ def expand_ranges(script: str) -> str:
 
 
 def sampling_grammar(text: str | None = None) -> str:
-    """The grammar a sampler constrains by: the language's, without name ranges or comments, with
-    keywords kept out of names and apart from what follows them, and with numbers the parser
-    takes.  Every script it admits parses; every canonical script, with its ranges written out
-    (``expand_ranges``), is admitted.  ``text``: a version of ``grammar/dragon.lark`` to derive
-    from instead of the shipped one.
+    """The grammar a sampler constrains by: the language's, in the printer's canonical layout,
+    without name ranges or comments, with keywords kept out of names, and with numbers the
+    parser takes.  Every script it admits parses and is laid out as ``dragon_dsl.format`` lays
+    it out; every canonical script, with its ranges written out (``expand_ranges``), is
+    admitted.  ``text``: a version of ``grammar/dragon.lark`` to derive from instead of the
+    shipped one.
+
+    - Layout (``training.layout``): one statement per line, each ended by one ``\n``, and
+      between two tokens exactly the separator the printer writes (``tile l0 [4, 8] -> l1,
+      l2``, ``unroll=16``, ``@K(x;)``), never a run of spaces, a tab or a blank line: the
+      vocabulary of a large model has tokens that are nothing but whitespace, which an
+      untrained model would otherwise write until its budget ends.  Keywords cannot glue to
+      what follows (``parallell0``, ``read4``), since a space separates them.
 
     - ``l3..l6`` is a range only when both ends share a prefix and the first number is smaller,
       which no context-free grammar can say; a sampler that wrote ``l6..b2`` would produce text
       the parser refuses.  Without ranges a sampled script lists names one by one (``l3, l4``),
       which parses, means the same, and prints back in canonical form with its ranges.
     - A comment opened mid-statement can never be closed (its newline ends the statement too).
-    - Lark reads ``parallell0`` or ``read4`` as one name, where llguidance (which lexes only what
-      the grammar allows next) would read a keyword and then a name or a number.
+    - Lark lexes a keyword as the keyword, never as a name (``reorder x vectorize``), where
+      llguidance would take either.
     - Numbers: an integer-typed literal has no fraction or exponent and fits its dtype; a float
-      cannot overflow its dtype (``parse`` refuses both).
+      cannot overflow its dtype (``parse`` refuses both); an integer has no leading zeros and is
+      never ``-0``, as the printer writes it.
     - Results: a statement that gives one result binds one name (``block "C" -> C``), and a
       tile or split binds one name per factor (up to ``MAX_FACTORS``), as decoding requires;
       ``postproc auto`` comes last.
@@ -130,7 +142,7 @@ def sampling_grammar(text: str | None = None) -> str:
     """
     g = _sampling_rules(text)
     _bound_results(g)
-    _apart(g)
+    canonical_spacing(g)
     return str(g)
 
 
@@ -139,8 +151,9 @@ _POSTPROC = '"postproc" (_AUTO postproc_set)?'
 
 
 def _sampling_rules(text: str | None) -> Grammar:
-    """The rule edits ``sampling_grammar``'s first four points describe (``_bound_results`` and
-    ``_apart`` make the rest; ``workload_grammar`` narrows rules between those two)."""
+    """The rule edits of ``sampling_grammar``'s points but the results and the spacing
+    (``_bound_results`` and ``canonical_spacing`` make those; ``workload_grammar`` narrows rules
+    between the two)."""
     g = Grammar.load(user=_USER) if text is None else Grammar.parse(text, user=_USER)
     g.remove_directive("%ignore COMMENT", "sampling grammar: comments are never sampled")
     # Lark lexes a keyword as the keyword, never as a name; llguidance would take either.
@@ -155,11 +168,14 @@ def _sampling_rules(text: str | None) -> Grammar:
     if g.body("NUMBER", why) != _NUMBER_RULE:
         raise g.mismatch("NUMBER", f"{_NUMBER_RULE}, the numbers _SAMPLED_NUMBER narrows", why)
     g.replace("NUMBER", f"/{_SAMPLED_NUMBER}/")
-    # Nothing but blank lines may follow `postproc auto SET`.
+    why = "sampling grammar: integers as the printer writes them"
+    if g.body("INT", why) != "/-?[0-9]+/":
+        raise g.mismatch("INT", "`/-?[0-9]+/`, the integers _SAMPLED_INT narrows", why)
+    g.replace("INT", f"/{_SAMPLED_INT}/")
+    # Nothing may follow `postproc auto SET`.
     why = "sampling grammar: `postproc auto` comes last"
-    if len(g.alternatives("start", why)) != 1:
-        raise g.mismatch("start", "one alternative", why)
-    g.replace("start", f"{g.body('start')} (s_postproc_auto _NL+)?")
+    canonical_lines(g)
+    g.replace("start", f"{g.body('start')} (s_postproc_auto _NL)?")
     if g.body("s_postproc", why) != _POSTPROC:
         raise g.mismatch("s_postproc", _POSTPROC, why)
     g.replace("s_postproc", '"postproc"')
@@ -180,6 +196,8 @@ _SAMPLED_NUMBER = "|".join([
     "-?[0-9]{1,15}\\.[0-9]{1,15}([eE][-+]?[0-9]{1,2})?",
     "-?[0-9]{1,15}[eE][-+]?[0-9]{1,2}",
 ])
+# No leading zeros, no -0: `dragon_dsl.format` writes 7 and 0, never 007 or -0.
+_SAMPLED_INT = "0|-?[1-9][0-9]*"
 MAX_FACTORS = 8
 # The statements that bind one name per factor, and the shape their rules have: keyword, loop,
 # list, options, results, and (tiles) the optional `factors` clause.
@@ -225,11 +243,11 @@ def _list_item(g: Grammar, rule: str, why: str) -> str:
 
 
 def _factors_keyword(g: Grammar, why: str) -> str:
-    """The keyword of ``tile_factors: "factors" outs``, as the spaced terminal of ``_apart``."""
-    m = re.fullmatch(r'"([a-z_]+)" outs', g.body("tile_factors", why))
+    """The keyword of ``tile_factors: "factors" outs``."""
+    m = re.fullmatch(r'("[a-z_]+") outs', g.body("tile_factors", why))
     if m is None:
         raise g.mismatch("tile_factors", '`"factors" outs`', why)
-    return _spaced(g, m.group(1))
+    return m.group(1)
 
 
 def _listing(item: str, k: int, before: str = "", after: str = "") -> str:
@@ -247,40 +265,6 @@ def _counted_rule(g: Grammar, rule: str, keyword: str, targets: dict[int, str], 
         tail = f" ({factors} {_listing('name', k)})?" if factors else ""
         g.add(f"{rule}_{k}", f'{target} {options} "->" {_listing("name", k)}{tail}', after=after)
         after = f"{rule}_{k}"
-
-
-_KEYWORD = re.compile(r'"([a-z_]+)" (?!\|)(.*)')
-
-
-def _apart(g: Grammar) -> None:
-    """Keywords that a name, a number or another keyword may follow take a space or tab with
-    them (``parallel l0``, ``read 0``, ``factors v0``, ``postproc auto llvm``); options that may
-    follow a bool take one before them (``preserve_unit_iters=true disable_predication=true``)."""
-    why = "sampling grammar: keywords apart from what follows them"
-    # A statement's keyword, when something follows it on the line (not `postproc` alone).
-    for rule in [*g.alternatives("_stmt", why), "s_postproc_auto"]:
-        m = _KEYWORD.fullmatch(g.body(rule, why))
-        if m:
-            g.replace(rule, f"{_spaced(g, m.group(1))} {m.group(2)}")
-    for terminal in ("_AUTO", "READ", "WRITE"):
-        m = re.fullmatch(r'"([a-z_]+)"', g.body(terminal, why))
-        if m is None:
-            raise g.mismatch(terminal, 'one keyword, `"auto"` or the like', why)
-        g.replace(terminal, f"/{m.group(1)}[ \\t]/")
-    for option in ("opt_predication", "opt_index"):
-        m = _KEYWORD.fullmatch(g.body(option, why))
-        if m is None:
-            raise g.mismatch(option, 'a keyword first, `"index" "=" INT` or the like', why)
-        g.replace(option, f"{_spaced(g, m.group(1), before=True)} {m.group(2)}")
-
-
-def _spaced(g: Grammar, word: str, *, before: bool = False) -> str:
-    """The terminal for ``word`` with a space or tab after it (``before``: ahead of it), added
-    to ``g`` on first use."""
-    name = f"KW_{word.upper()}"
-    if name not in g:
-        g.add(name, f"/[ \\t]{word}/" if before else f"/{word}[ \\t]/")
-    return name
 
 
 _BLOCK = '"block" STRING opt_func? "->" name'
@@ -332,7 +316,7 @@ def workload_grammar(workload: Any) -> str:
     g.replace("s_sample_categorical", _CATEGORICAL.replace("int_list INT", "wl_categorical"))
     g.add("wl_categorical", " | ".join(choices), after="s_sample_categorical")
 
-    _apart(g)
     for name, body in extra.items():
         g.add(name, body)
+    canonical_spacing(g)
     return str(g)

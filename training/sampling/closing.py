@@ -5,14 +5,15 @@ has not finished still ends where the grammar allows it rather than being cut mi
 
 The string is built from pieces: ``CLOSING_PIECES``, then the grammar's own literals (keywords
 such as `partition_pos`, which some statements require).  Greedily first: the end-of-script
-marker when the grammar accepts right after it, else the pieces in that order, never
-two spaces in a row and no other piece more than ``GREEDY_REPEATS`` times (`{4-x-x-x...` would not
-end): a newline ends a statement; a quote closes a string (before `]`, which a string would take
-forever); then brackets, `->` and `=>`, separators; then what a statement may still require: a
-space, a name, a number (`=` before `x` so that `map(x` becomes `map(x=>)`, `.` before `0` so
-that `probs=[-0` gets its fraction), an opening bracket, a few keywords, and the bytes that
+marker when the grammar accepts right after it, else the pieces in that order, never two of a
+group of ``APART_PIECES`` in a row (`x0x0...` would grow a name for ever) and no other piece more
+than ``GREEDY_REPEATS`` times (`{4-x-x-x...` would not end): a newline ends a statement; a quote
+closes a string (before `]`, which a string would take forever); then brackets, `->` and `=>`,
+separators; then what a statement may still require: a space, a name, a number (`.` before `0`
+so that `probs=[-0` gets its fraction, `1` after `0` for an integer that a `-` began, since
+`-0` is not how the printer writes zero), an opening bracket, a few keywords, and the bytes that
 complete a character cut mid-UTF-8.  When that does not end within ``SEARCH_DEPTH`` pieces, the
-end of a keyword the matcher stopped in (`ile ` after `t`) is tried before the greedy pieces;
+end of a keyword the matcher stopped in (`ile` after `t`) is tried before the greedy pieces;
 then an iterative-deepening search over ``CLOSING_PIECES`` looks for the shortest string, giving
 up after ``SEARCH_BUDGET`` tries.
 """
@@ -26,68 +27,65 @@ from collections.abc import Iterable
 
 import llguidance
 
-__all__ = ["CLOSING_PIECES", "GREEDY_REPEATS", "SEARCH_BUDGET", "SEARCH_DEPTH", "Closer",
-           "grammar_literals"]
+__all__ = ["APART_PIECES", "CLOSING_PIECES", "GREEDY_REPEATS", "SEARCH_BUDGET", "SEARCH_DEPTH",
+           "Closer", "grammar_literals"]
 
 CLOSING_PIECES = (b"\n", b'"', b"]", b")", b"}", b">", b"=", b";", b":", b"-", b" ", b"x", b".",
-                  b"0", b",", b"[", b"(", b"read", b"true", b"map", b"int32", b"llvm", b"K",
+                  b"0", b"1", b",", b"[", b"(", b"read", b"true", b"map", b"int32", b"llvm", b"K",
                   b"\x80", b"\xa0")
 GREEDY_REPEATS = 10  # a tile of 8 factors binds 8 names: 7 commas
+# Pieces the greedy pass never puts next to one of their group: canonical text has one space at a
+# time, and one letter or digit completes a name or a number, where more only grow it (`x0x0...`).
+APART_PIECES = ((b" ",), (b"x", b"0", b"1"))
 SEARCH_DEPTH = 32
 SEARCH_BUDGET = 1000
 
 
 def grammar_literals(lark: str) -> list[bytes]:
-    """The quoted literals of a Lark grammar, and its keywords spelled with a space
-    (``/tile[ \\t]/`` is ``b"tile "``, ``/[ \\t]index/`` is ``b" index"``), in order of first
-    appearance.
+    """The quoted literals of a Lark grammar, in order of first appearance.
 
-    >>> grammar_literals('s_tile: "tile" name "[" INT "]"\\nKW: /[ \\\\t]index/')
-    [b'tile', b'[', b']', b' index']
+    >>> grammar_literals('s_tile: "tile" " " name " " "[" INT "]"  // "x"')
+    [b'tile', b' ', b'[', b']']
     """
-    # Comments are skipped; regular expressions other than spaced keywords are not searched.
+    # Comments and regular expressions are skipped.
     tokens = re.finditer(r'//[^\n]*|"((?:[^"\\\n]|\\.)*)"|/(?:[^/\\\n]|\\.)+/', lark)
     literals = []
     for m in tokens:
-        spaced = _SPACED.fullmatch(m.group(0))
-        if spaced:
-            literal = (spaced.group(1) + " " if spaced.group(1) else " " + spaced.group(2)).encode()
-        elif m.group(1):
-            try:
-                literal = json.loads(f'"{m.group(1)}"').encode()
-            except ValueError:
-                continue
-        else:
+        if not m.group(1):
+            continue
+        try:
+            literal = json.loads(f'"{m.group(1)}"').encode()
+        except ValueError:
             continue
         if literal not in literals:
             literals.append(literal)
     return literals
 
 
-_SPACED = re.compile(r"/(?:([a-z_]+)\[ \\t\]|\[ \\t\]([a-z_]+))/")
-
-
 class Closer:
     """Finds closing strings for matchers over one tokenizer; each piece is spelled in tokens
     once (pieces the tokenizer cannot spell exactly are dropped).  ``extra`` pieces (a
-    grammar's literals) are tried after ``pieces``, by the greedy pass only; ``finals`` (an end
-    marker) are taken first whenever the grammar accepts right after one."""
+    grammar's literals, the longest first) are tried after ``pieces``, by the greedy pass only;
+    ``finals`` (an end marker) are taken first whenever the grammar accepts right after one."""
 
     def __init__(self, tokenizer: llguidance.LLTokenizer,
                  pieces: Iterable[bytes] = CLOSING_PIECES, extra: Iterable[bytes] = (),
                  finals: Iterable[bytes] = ()):
         base = list(dict.fromkeys(pieces))
+        # Longest first: `innerpart_factor` whole before `i`, a loop name that only begins it.
+        extra = sorted(extra, key=len, reverse=True)
         finals = list(finals)
         spelled = {p: _spell(tokenizer, p) for p in [*base, *extra, *finals]}
         self.pieces = [spelled[p] for p in base if spelled[p]]
         self.greedy_pieces = [*dict.fromkeys(spelled[p] for p in [*base, *extra] if spelled[p])]
         self.finals = [spelled[p] for p in finals if spelled[p]]
-        # The ends of words (`ile ` of `tile `), for a matcher stopped inside a keyword.
-        words = [p for p in [*base, *extra] if len(p) > 2 and p.strip().decode().isidentifier()]
-        ends = sorted({w[k:] for w in words for k in range(1, len(w.rstrip()))},
-                      key=lambda e: (not e.endswith(b" "), -len(e), e))  # whole keywords first
+        # The ends of words (`ile` of `tile`), for a matcher stopped inside a keyword.
+        words = [p for p in [*base, *extra] if len(p) > 2 and p.decode().isidentifier()]
+        ends = sorted({w[k:] for w in words for k in range(1, len(w))},
+                      key=lambda e: (-len(e), e))  # the longest first
         self.completions = [s for s in (_spell(tokenizer, e) for e in ends) if s]
-        self._space = _spell(tokenizer, b" ")
+        self._apart = {_spell(tokenizer, p): i for i, group in enumerate(APART_PIECES)
+                       for p in group if _spell(tokenizer, p)}
 
     def path(self, matcher: llguidance.LLMatcher) -> list[int] | None:
         """Tokens after which ``matcher`` accepts, or None; ``matcher`` is left as it was."""
@@ -105,8 +103,8 @@ class Closer:
             last = path[-1] if path else None
             piece = self._final_piece(matcher) or next(
                 (p for p in self.greedy_pieces
-                 if (uses[p] < GREEDY_REPEATS or p == self._space)  # never twice in a row
-                 and not (p == self._space and last == self._space)
+                 if (uses[p] < GREEDY_REPEATS or p in self._apart)
+                 and not (p in self._apart and self._apart.get(last) == self._apart[p])
                  and _consume(matcher, p)), None)
             if piece is None:
                 break
