@@ -120,6 +120,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=16, help="samples per eval workload")
     parser.add_argument("--per-workload", type=int, default=12, help="training scripts each")
     parser.add_argument("--sft-steps", type=int, default=300)
+    parser.add_argument("--save", help="save the SFT model and its tokenizer in this directory "
+                        "(then try it: dragon sample --model DIR --workload SPEC --check)")
     args = parser.parse_args()
 
     import tempfile
@@ -145,6 +147,9 @@ def main() -> None:
                 with tempfile.TemporaryDirectory() as out:
                     model = sft(model, tokenizer, rows, args.sft_steps, out)
                 print(f"SFT: {time.time() - t:.0f} s", flush=True)
+                if args.save:
+                    model.save_pretrained(args.save)
+                    tokenizer.save_pretrained(args.save)
             for mode in ("unconstrained", "grammar", "workload", "schedule"):
                 t = time.time()
                 reasons[stage, mode] = Counter()

@@ -20,7 +20,8 @@ LAYERS = {
     "codegen": ["codegen.targets", "codegen.workloads", "codegen.apply", "codegen.measure",
                 "codegen.search", "codegen.bench", "codegen.cli"],
     "training": ["training.kernel_text", "training.prompts", "training.layout",
-                 "training.constraints", "training.tokenizer", "training.sampling",
+                 "training.constraints", "training.statement_grammar", "training.tokenizer",
+                 "training.sampling",
                  "training.propose", "training.cli"],
 }
 
