@@ -279,9 +279,9 @@ class LiveSchedule:
         if self.kinds.get(name) == "var":
             return True
         try:
-            self.sch.get_sref(rv)
+            self.sch.get(rv)  # raises when the statement it stood for is gone
             return True
-        except Exception:  # noqa: BLE001  TVM: the sref was removed
+        except Exception:  # noqa: BLE001  TVM: the sref was removed, or points to nothing
             return False
 
     def names(self, kind: str) -> list[str]:

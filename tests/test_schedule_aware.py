@@ -218,3 +218,27 @@ def test_grpo_rollouts_apply(tmp_path, tokenizer, monkeypatch):
     assert len(seen) == 4
     for completion, ok in seen:
         assert ok and completion.endswith(STOP)
+
+
+def test_thousand_untrained_samples_end_parse_and_apply(model, tokenizer, record_property):
+    """The 1,000-sample guarantee of the other modes (tests/test_sampling.py), schedule-aware:
+    every sample ends, parses and applies to its kernel."""
+    import collections
+    import time
+
+    from training.prompts import construction_prompt
+
+    wls = [workload(s) for s in SPECS]
+    start = time.perf_counter()
+    out = sample_schedule_aware(model, tokenizer,
+                                [construction_prompt(w, "llvm") for w in wls], wls, "llvm",
+                                SamplingConfig(n=250, batch_size=125, max_new_tokens=256,
+                                               seed=7))
+    seconds = time.perf_counter() - start
+    record_property("schedule-aware", f"1000 samples in {seconds:.0f} s, "
+                    f"{sum(s.resampled for s in out)} statements resampled")
+    assert len(out) == 1000
+    failed = collections.Counter((s.finish_reason, s.parses, s.applies, s.error[:60])
+                                 for s in out if not (s.finish_reason == "end" and s.parses
+                                                      and s.applies))
+    assert not failed, failed.most_common(5)

@@ -185,8 +185,13 @@ class _Decoder:
     def _new_statement(self, row: _Row, row_index: int) -> None:
         """Row ``row`` is between statements: the statement matcher for what may come next."""
         start = time.perf_counter()
-        lark = statement_grammar(row.live, postproc_set=self.postproc_set,
-                                 categorical=self.categorical[row_index])
+        try:
+            lark = statement_grammar(row.live, postproc_set=self.postproc_set,
+                                     categorical=self.categorical[row_index])
+        except Exception as exc:  # noqa: BLE001  a query TVM refuses: narrow nothing this time
+            row.error = f"narrowing the next statement failed: {exc}"
+            lark = 'start: /[^\n]*/ "\n"'
+
         self.stats.narrow_seconds.append(time.perf_counter() - start)
         if row.live.postproc_set is not None:  # complete: only the end marker may follow
             lark = f"start: {json.dumps(self.stop or '')}"
