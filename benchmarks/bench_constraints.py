@@ -76,7 +76,8 @@ def shares(model, tokenizer, evaluator, samples: int, mode: str, reasons: Counte
         wl = workload(spec)
         config = SamplingConfig(n=samples, max_new_tokens=384, seed=1, batch_size=samples,
                                 constrained=mode != "unconstrained",
-                                grammar=workload_grammar(wl) if mode == "workload" else None)
+                                grammar=workload_grammar(wl, "llvm") if mode == "workload"
+                                else None)
         drawn = sample(model, tokenizer, construction_prompt(wl, "llvm"), config)
         counts["samples"] += len(drawn)
         counts["cut"] += sum(s.finish_reason == "length" for s in drawn)
