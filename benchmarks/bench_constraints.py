@@ -77,7 +77,8 @@ def shares(model, tokenizer, evaluator, samples: int, mode: str, reasons: Counte
         wl = workload(spec)
         config = SamplingConfig(n=samples, max_new_tokens=384, seed=1, batch_size=samples,
                                 constrained=mode != "unconstrained",
-                                grammar=workload_grammar(wl) if mode == "workload" else None)
+                                grammar=workload_grammar(wl, "llvm") if mode == "workload"
+                                else None)
         prompt = construction_prompt(wl, "llvm")
         if mode == "schedule":
             drawn = sample_schedule_aware(model, tokenizer, prompt, wl, "llvm", config)

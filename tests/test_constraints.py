@@ -12,13 +12,14 @@ import dragon_dsl
 from codegen.search import sample_traces
 from codegen.workloads import workload
 from training.constraints import (
-    CATEGORICAL_LISTS,
+    categorical_lists,
     expand_ranges,
     sampling_grammar,
     workload_grammar,
 )
 
 from .test_grammar import _ByteTokenizer
+from .traces import FAMILY_MATRIX, RULES, UNSEARCHABLE, WORKLOADS, space_or_none, target_of
 
 CASES = [
     ("matmul(m=128,n=128,k=128)", "llvm", "llvm"),
@@ -26,6 +27,10 @@ CASES = [
     ("conv2d(n=1,h=14,w=14,ci=16,co=16)", "cuda", "cuda"),
     ("dense(m=128,n=768,k=768,bias=1,act=gelu)", "cuda", "cuda"),
     ("matmul(m=128,n=128,k=128,dtype=float16)", "cuda", "cuda-tensorcore"),
+    # Thread extents and cross-thread reductions, which a fixed list of candidates missed.
+    ("softmax(m=64,n=128)", "cuda", "cuda"),
+    ("pool2d(kind=avg)", "cuda", "cuda-tensorcore"),
+    ("tvm(name=NRM)", "cuda", "cuda"),
 ]
 
 
@@ -37,13 +42,15 @@ def accepts(grammar, text: str) -> bool:
     return matcher.consume_tokens(list(text.encode())) and matcher.is_accepting()
 
 
-@pytest.mark.parametrize("spec,target,rules", CASES)
-def test_metaschedule_scripts_stay_accepted(spec, target, rules):
+def assert_scripts_accepted(spec: str, target: str, rules: str, n: int, seed: int,
+                            max_tries: int = 50) -> None:
+    """``n`` MetaSchedule-sampled scripts of the pair, each accepted by its workload grammar."""
     wl = workload(spec)
-    grammar = llguidance.grammar_from("lark", workload_grammar(wl))
+    grammar = llguidance.grammar_from("lark", workload_grammar(wl, target, rules))
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     assert not is_error, messages
-    traces = sample_traces(wl.mod, target, rules, 6, seed=4)
+    lists = categorical_lists(wl, target, rules)
+    traces = sample_traces(wl.mod, target, rules, n, seed=seed, max_tries=max_tries)
     assert traces
     for trace in traces:
         script = dragon_dsl.from_trace(trace, postproc="auto", postproc_set=rules, workload=wl)
@@ -53,12 +60,44 @@ def test_metaschedule_scripts_stay_accepted(spec, target, rules):
         for inst in trace.insts:  # the candidate lists cover what MetaSchedule draws
             if inst.kind.name == "SampleCategorical":
                 values = tuple(int(v) for v in inst.attrs[0])
-                assert values in CATEGORICAL_LISTS, values
+                assert values in lists, values
+
+
+@pytest.mark.parametrize("spec,target,rules", CASES)
+def test_metaschedule_scripts_stay_accepted(spec, target, rules):
+    assert_scripts_accepted(spec, target, rules, 6, seed=4)
+
+
+# The 28 workloads of the round trip and one small instance of every family, under the rule
+# sets a target picks (mma, a rule list of the tests' own, is left out).
+SWEEP_RULES = ("llvm", "cuda", "cuda-tensorcore")
+SWEEP = sorted({(spec, rules) for spec in WORKLOADS for rules in SWEEP_RULES}
+               | {(specs[RULES.index(rules)], rules) for specs in FAMILY_MATRIX.values()
+                  for rules in SWEEP_RULES})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec,rules", SWEEP)
+def test_every_family_under_every_rule_set_stays_accepted(spec, rules):
+    target = target_of(rules)
+    if (spec, rules) in UNSEARCHABLE or space_or_none(spec, target, rules) is None:
+        pytest.skip("MetaSchedule cannot search this pair")
+    assert_scripts_accepted(spec, target, rules, 3, seed=1, max_tries=300)
+
+
+def test_categorical_candidates_come_from_the_design_space():
+    wl = workload("softmax(m=64,n=128)")
+    cpu, gpu = categorical_lists(wl, "llvm"), categorical_lists(wl, "cuda", "cuda")
+    assert cpu == ((0, 16, 64, 512),)  # ParallelizeVectorizeUnroll's unroll steps on CPU
+    assert (4, 8, 16, 32, 64, 128, 256, 512) in gpu  # CrossThreadReduction's thread extents
+    narrow = llguidance.grammar_from("lark", workload_grammar(wl, "llvm"))
+    assert accepts(narrow, "sample_categorical [0, 16, 64, 512] 3 -> v0\n")
+    assert not accepts(narrow, "sample_categorical [4, 8, 16, 32, 64, 128, 256, 512] 0 -> v0\n")
 
 
 def test_what_cannot_fit_is_refused_and_the_plain_grammar_allows_it():
     wl = workload("matmul(m=128,n=128,k=128)")
-    narrow = llguidance.grammar_from("lark", workload_grammar(wl))
+    narrow = llguidance.grammar_from("lark", workload_grammar(wl, "llvm"))
     plain = llguidance.grammar_from("lark", dragon_dsl.grammar.grammar_text())
     good = 'block "C" -> C\nloops C -> i, j, k\ntile i [4, 2, 16] -> i0, i1, i2\n'
     wrong = [

@@ -8,8 +8,9 @@ The language's grammar admits any script; this narrows it so that a sampled scri
   ``i`` of extent E offers only ordered factorizations of E into 2 to 5 factors (rules over E's
   divisors, not an enumeration); loops the script derives itself (``l3``, ``b0``, ...) keep
   the plain rule;
-- draw categorical decisions from MetaSchedule's candidate lists (unroll steps, cooperative
-  fetch widths) with an index inside the list.
+- draw categorical decisions from the candidate lists MetaSchedule's rules offer for this
+  workload, target and rule set (unroll steps, cooperative-fetch widths, thread extents), read
+  from its design spaces (``categorical_lists``), with an index inside the list.
 
 Like ``sampling_grammar`` (which it starts from) it has no name ranges and admits the canonical
 layout only.  The result is
@@ -32,20 +33,9 @@ from dragon_dsl.statements import STATEMENTS
 
 from .layout import canonical_lines, canonical_spacing
 
-__all__ = ["CATEGORICAL_LISTS", "MAX_FACTORS", "expand_ranges", "kernel_loops", "sampling_grammar",
-           "workload_grammar"]
+__all__ = ["MAX_FACTORS", "categorical_lists", "expand_ranges", "kernel_loops",
+           "sampling_grammar", "workload_grammar"]
 
-# MetaSchedule's candidate lists (tvm/s_tir/meta_schedule/schedule_rule: the unroll steps of
-# ParallelizeVectorizeUnroll for CPU and GPU, and MultiLevelTiling's cooperative-fetch vector
-# lengths).  A test checks every sampled trace draws from these.
-CATEGORICAL_LISTS: tuple[tuple[int, ...], ...] = (
-    (0, 16, 64, 512),
-    (0, 16, 32, 64, 128, 256, 512, 1024),
-    (1, 2, 3, 4),
-    (1, 2, 4, 8),
-    (1, 2, 4),
-    (1, 2),
-)
 TILE_LENGTHS = (2, 3, 4, 5)
 _DERIVED = re.compile(r"^[lbv][0-9]+$")
 
@@ -60,6 +50,39 @@ def kernel_loops(workload: Any) -> tuple[list[str], dict[str, set[int]]]:
         for loop in block.loops:
             loops.setdefault(loop.name, set()).add(int(loop.extent))
     return blocks, loops
+
+
+def categorical_lists(workload: Any, target: Any = "llvm",
+                      rules: str | None = None) -> tuple[tuple[int, ...], ...] | None:
+    """The candidate lists MetaSchedule draws categorical decisions from for ``workload`` on
+    ``target`` under the rule set ``rules`` (``codegen.targets.RULE_SETS``; None: the target's
+    default, ``default_rules``), in order of first use; None when MetaSchedule cannot generate
+    a design space for the pair.
+
+    They are read from the ``SampleCategorical`` instructions of the design spaces
+    (``codegen.search.search_space``), not from the schedule rule objects nor from a list kept
+    here: the design space is exactly the instructions MetaSchedule samples decisions for, and
+    a sampled trace replays it with new decisions (postprocessors sample nothing), so the lists
+    are exact for the workload, the target and the rule set, and follow TVM when it changes.
+    The rule objects do not say as much: AutoBind and CrossThreadReduction derive their thread
+    extents from the target (max threads per block, warp size) and the block when they apply,
+    and which rules apply at all depends on the workload.  Generating the spaces is cheap next to
+    sampling traces, and ``search_space`` keeps them for the process (the first one costs 15-25 s).
+
+    >>> from codegen.workloads import workload
+    >>> categorical_lists(workload("matmul(m=16,n=16,k=16)"))
+    ((0, 16, 64, 512),)
+    """
+    from codegen.search import search_space
+    from codegen.targets import default_rules
+
+    try:
+        space = search_space(workload.mod, target, rules or default_rules(target))
+    except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
+        return None
+    lists = [tuple(int(v) for v in inst.attrs[0]) for design in space.spaces
+             for inst in design.trace.insts if inst.kind.name == "SampleCategorical"]
+    return tuple(dict.fromkeys(lists))
 
 
 def _divisors(n: int) -> list[int]:
@@ -271,11 +294,13 @@ _BLOCK = '"block" STRING opt_func? "->" name'
 _CATEGORICAL = '"sample_categorical" int_list INT opt_probs? "->" name'
 
 
-def workload_grammar(workload: Any) -> str:
-    """The grammar narrowed to ``workload``'s blocks, loops and extents (llguidance Lark).
+def workload_grammar(workload: Any, target: Any = "llvm", rules: str | None = None) -> str:
+    """The grammar narrowed to ``workload``'s blocks, loops and extents, and to the categorical
+    candidates MetaSchedule offers for it on ``target`` under ``rules`` (``categorical_lists``;
+    None: the target's default rule set), as llguidance Lark.
 
     >>> from codegen.workloads import workload
-    >>> 'tf_16_2' in workload_grammar(workload("matmul(m=16,n=16,k=16)"))
+    >>> 'tf_16_2' in workload_grammar(workload("matmul(m=16,n=16,k=16)"), "llvm")
     True
     """
     blocks, loops = kernel_loops(workload)
@@ -304,19 +329,31 @@ def workload_grammar(workload: Any) -> str:
     g.add("wl_block", " | ".join(f"{_literal(chr(34) + b + chr(34))} {_literal('->')} "
                                  f"{_literal(b)}" for b in names), after="s_block")
 
-    why = "workload grammar: MetaSchedule's categorical lists"
-    if g.body("s_sample_categorical", why) != _CATEGORICAL:
-        raise g.mismatch("s_sample_categorical", f"{_CATEGORICAL} (`_outs` bound to one name)",
-                         why)
-    choices = []
-    for values in CATEGORICAL_LISTS:
-        items = ' "," '.join(_literal(str(v)) for v in values)
-        indices = " | ".join(_literal(str(i)) for i in range(len(values)))
-        choices.append(f'"[" {items} "]" ({indices})')
-    g.replace("s_sample_categorical", _CATEGORICAL.replace("int_list INT", "wl_categorical"))
-    g.add("wl_categorical", " | ".join(choices), after="s_sample_categorical")
+    _narrow_categorical(g, categorical_lists(workload, target, rules))
 
     for name, body in extra.items():
         g.add(name, body)
     canonical_spacing(g)
     return str(g)
+
+
+def _narrow_categorical(g: Grammar, lists: tuple[tuple[int, ...], ...] | None) -> None:
+    """``sample_categorical`` draws from one of ``lists``, with an index inside it; without
+    lists (none in the design space) MetaSchedule never draws one, and the statement goes.
+    None (no design space): the plain rule stays, there being no MetaSchedule script to follow."""
+    why = "workload grammar: MetaSchedule's categorical lists"
+    if g.body("s_sample_categorical", why) != _CATEGORICAL:
+        raise g.mismatch("s_sample_categorical", f"{_CATEGORICAL} (`_outs` bound to one name)",
+                         why)
+    if lists is None:
+        return
+    if not lists:
+        g.drop_alternatives("_stmt", ["s_sample_categorical"], why)
+        return
+    choices = []
+    for values in lists:
+        items = ' "," '.join(_literal(str(v)) for v in values)
+        indices = " | ".join(_literal(str(i)) for i in range(len(values)))
+        choices.append(f'"[" {items} "]" ({indices})')
+    g.replace("s_sample_categorical", _CATEGORICAL.replace("int_list INT", "wl_categorical"))
+    g.add("wl_categorical", " | ".join(choices), after="s_sample_categorical")

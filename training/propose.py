@@ -98,7 +98,8 @@ def propose(model, tokenizer, workload: Any, target: Any = "llvm", *,
     if grammar == "workload":
         from .constraints import workload_grammar
 
-        config = replace(config, constrained=True, grammar=workload_grammar(workload))
+        config = replace(config, constrained=True,
+                         grammar=workload_grammar(workload, target))
     else:
         config = replace(config, constrained=grammar == "plain", grammar=None)
     return _measured(sample(model, tokenizer, prompt, config), workload, evaluator)

@@ -422,20 +422,15 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     from codegen.targets import default_rules
     from codegen.targets import postproc_set as target_postproc_set
 
-    try:
-        from ..constraints import categorical_lists
-    except ImportError:  # TEMPORARY until the categorical lists per workload land
-        from ..constraints import CATEGORICAL_LISTS
-
-        def categorical_lists(w, t):
-            return CATEGORICAL_LISTS
+    from ..constraints import categorical_lists
 
     if len(prompts) != len(workloads):
         raise ValueError(f"Expected one workload per prompt but got {len(prompts)} prompts and "
                          f"{len(workloads)} workloads")
     postproc_set = postproc_set or target_postproc_set(default_rules(target))
     if categorical is None:
-        categorical = [categorical_lists(w, target) for w in workloads]
+        rules = default_rules(target)
+        categorical = [categorical_lists(w, target, rules) for w in workloads]
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
