@@ -404,7 +404,8 @@ class _Decoder:
 
 
 def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads: Sequence[Any],
-                            target: Any = "llvm", *, postproc_set: str | None = None,
+                            target: Any = "llvm", *, rules: str | None = None,
+                            postproc_set: str | None = None,
                             categorical: Sequence[Sequence[Sequence[int]]] | None = None,
                             temperature: float = 1.0, top_p: float = 1.0,
                             max_new_tokens: int = 512, stop: str | None = STOP,
@@ -414,7 +415,8 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     """One schedule-aware sample per prompt (``prompts[i]`` asks for ``workloads[i]``); repeat
     a prompt for several samples.  Seed torch beforehand for reproducible samples.
 
-    ``postproc_set``: what ``postproc auto`` names (default: the target's rule set);
+    ``rules``: the MetaSchedule rule set (``codegen.targets.RULE_SETS``; default: the target's);
+    ``postproc_set``: what ``postproc auto`` names (default: the rule set's);
     ``categorical``: per prompt, the candidate lists of ``sample_categorical`` (default: those
     MetaSchedule offers for the workload and target, ``training.constraints``).  ``stats``, when
     given, receives timings: per-statement replay and narrowing seconds, mask, forward.
@@ -427,10 +429,10 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     if len(prompts) != len(workloads):
         raise ValueError(f"Expected one workload per prompt but got {len(prompts)} prompts and "
                          f"{len(workloads)} workloads")
-    postproc_set = postproc_set or target_postproc_set(default_rules(target))
+    rules = rules or default_rules(target)
+    postproc_set = postproc_set or target_postproc_set(rules)
     if categorical is None:
-        rules = default_rules(target)
-        categorical = [categorical_lists(w, target, rules) for w in workloads]
+        categorical = [categorical_lists(w, target, rules) or () for w in workloads]
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
