@@ -172,6 +172,7 @@ class _Decoder:
         self.templates = _Templates(self.llg, config.grammar_cache)
         self.vocab = self.llg.vocab_size
         self.stats = _Stats()
+        self.newlines: dict[int, bool] = {}
         # Encoded apart, so that no token crosses the statement's newline.
         self.closing_after_postproc = self._encode(stop or "")
         self.closing = self._encode(f"postproc auto {postproc_set}\n") + \
@@ -343,25 +344,42 @@ class _Decoder:
             probs = _nucleus(probs, self.top_p)
             masked = probs.log()
         probs[empty] = 1.0  # rows that sample nothing this step (forced, finished, stuck)
-        drawn = torch.multinomial(probs, 1)[:, 0].tolist()
+        drawn_t = torch.multinomial(probs, 1)
+        drawn = drawn_t[:, 0].tolist()
+        drawn_masked = masked.gather(1, drawn_t)[:, 0].tolist()
+        drawn_free = free.gather(1, drawn_t)[:, 0].tolist()
+        stuck = empty.tolist()
         tokens: list[int | None] = [None] * n
         for i in active:
             row = rows[i]
             if row.plan:
                 token, logprob, forced = row.plan.pop(0), 0.0, True
-            elif bool(empty[i]):
-                row.error = row.error or "no token is allowed by both grammars"
+                free_logprob = float(free[i, token])
+            elif stuck[i]:
+                # The two grammars disagree (a bug of the narrowing, never expected): drop the
+                # statement and close the script.
+                so_far = self.llg.decode_bytes(row.tokens[row.stmt_start:])
+                row.error = (f"no token is allowed by both grammars after {so_far!r}; "
+                             f"statement grammar:\n{row.stmt_key}")
                 row.failed = True
+                if len(row.tokens) > row.stmt_start:
+                    self._roll_back(row)  # the next step samples from the statement's start
                 row.plan = list(self._closing(row))
                 if not row.plan:
                     row.finished = True
                 continue
             else:
                 token, forced = drawn[i], False
-                logprob = float(masked[i, token])
-            row.model_logprobs.append(float(free[i, token]))
+                logprob, free_logprob = drawn_masked[i], drawn_free[i]
+            row.model_logprobs.append(free_logprob)
             tokens[i] = self._consume(row, i, token, logprob, forced, prompt_rows[i])
         return tokens
+
+    def _has_newline(self, token: int) -> bool:
+        known = self.newlines.get(token)
+        if known is None:
+            known = self.newlines[token] = b"\n" in self.llg.decode_bytes([token])
+        return known
 
     def _closing(self, row: _Row) -> list[int]:
         return self.closing_after_postproc if row.live.postproc_set is not None else self.closing
@@ -384,7 +402,7 @@ class _Decoder:
         row.tokens.append(token)
         row.logprobs.append(logprob)
         row.forced.append(forced)
-        if b"\n" in self.llg.decode_bytes([token]) and row.live.postproc_set is None:
+        if self._has_newline(token) and row.live.postproc_set is None:
             if not self._complete(row, prompt_row):
                 return None
         if row.whole.is_accepting() and row.live.postproc_set is not None and \
@@ -397,7 +415,8 @@ class _Decoder:
         text = self.llg.decode_bytes(row.tokens).decode("utf-8", "replace")
         if self.stop and text.endswith(self.stop):
             text = text[: -len(self.stop)]
-        applies = row.live.postproc_set is not None and not row.failed
+        # Refused statements were taken out: the kept script applies once `postproc auto` did.
+        applies = row.live.postproc_set is not None
         return ScheduleAwareResult(row.tokens, row.logprobs, row.forced, text, row.finish_reason,
                                    row.live.statements, row.resampled, applies, row.error,
                                    row.live, row.model_logprobs)
