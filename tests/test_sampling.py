@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import time
 
 import llguidance
@@ -26,7 +27,13 @@ from training.sampling import (
     outlines_generator,
     sample,
 )
-from training.tokenizer import TokenizerConfig, build_tokenizer, tiny_model, train_tokenizer
+from training.tokenizer import (
+    TokenizerConfig,
+    build_tokenizer,
+    openai_tokenizer,
+    tiny_model,
+    train_tokenizer,
+)
 
 STATEMENTS = ["matmul(m=128,n=128,k=128)", "softmax(m=32,n=64)", "conv2d(h=14,w=14,ci=16,co=16)",
          "layer_norm(m=32,n=64)", "gemv(m=128,k=128)", "transpose(m=16,n=32,k=8)",
@@ -107,6 +114,77 @@ def test_thousand_untrained_samples_parse(thousand):
         s.finish_reason if s.finish_reason != "end" else s.error.split("\n")[0][-60:]
         for s in samples if s.finish_reason != "end" or not s.parses)
     assert not failed, (summary(samples, seconds), failed.most_common(8))
+
+
+# ---- a large model's vocabulary --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def large():
+    """An untrained Llama with OpenAI's cl100k_base vocabulary (100,257 tokens, hundreds of them
+    runs of spaces, tabs and newlines), and the seconds the tokenizers took to build."""
+    start = time.perf_counter()
+    tokenizer = openai_tokenizer("cl100k_base")
+    built = time.perf_counter()
+    llg_tokenizer(tokenizer)
+    seconds = {"tokenizer": built - start, "llguidance": time.perf_counter() - built}
+    torch.manual_seed(3)
+    return tiny_model(tokenizer), tokenizer, seconds
+
+
+def _grammar(mode: str) -> str | None:
+    from codegen.workloads import workload
+    from training.constraints import workload_grammar
+
+    return None if mode == "plain" else workload_grammar(workload(LARGE_SPEC), "llvm")
+
+
+LARGE_SPEC = "matmul(m=128,n=128,k=128)"
+_UNCANONICAL_SPACE = re.compile(r"[ \t]{2}|\t|^ | $|\n\n|\r", re.M)
+
+
+def _assert_large_vocabulary_samples(large, mode, n, record_property):
+    model, tokenizer, seconds = large
+    whitespace = [t for t in tokenizer.get_vocab() if len(t) > 1
+                  and not tokenizer.convert_tokens_to_string([t]).strip()]
+    assert len(whitespace) > 100  # the tokens an untrained model would write for ever
+    start = time.perf_counter()
+    samples = sample(model, tokenizer, f"Workload: {LARGE_SPEC}\nTarget: llvm\nScript:\n",
+                     SamplingConfig(n=n, batch_size=min(n, 64), max_new_tokens=40, seed=5,
+                                    grammar=_grammar(mode)))
+    elapsed = time.perf_counter() - start
+    record_property("sampling", summary(samples, elapsed))
+    record_property("build_seconds", seconds)
+    failed = [(s.finish_reason, s.text[-60:], s.error[:80]) for s in samples
+              if s.finish_reason != "end" or not s.parses]
+    assert not failed, (summary(samples), failed[:3])
+    spaced = [s.text for s in samples if _UNCANONICAL_SPACE.search(s.text)]
+    assert not spaced, spaced[:3]
+    assert all(s.text.strip() for s in samples if s.text)  # text, never a run of whitespace
+    assert sum(bool(s.text) for s in samples) >= n // 2, summary(samples)
+
+
+def test_the_languages_own_grammar_lets_a_large_vocabulary_write_whitespace(large):
+    """What the test below guards against: under grammar/dragon.lark itself, which ignores any
+    run of spaces and tabs, the same untrained model writes whitespace runs."""
+    model, tokenizer, _ = large
+    samples = sample(model, tokenizer, f"Workload: {LARGE_SPEC}\nTarget: llvm\nScript:\n",
+                     SamplingConfig(n=8, batch_size=8, max_new_tokens=40, seed=5,
+                                    grammar=grammar_text()))
+    assert sum(bool(_UNCANONICAL_SPACE.search(s.text)) for s in samples) >= 4
+
+
+@pytest.mark.parametrize("mode", ["plain", "workload"])
+def test_a_large_vocabulary_samples_scripts_not_whitespace(large, mode, record_property):
+    """With a real large vocabulary, an untrained model under each grammar ends every sample,
+    and every one parses and is laid out canonically: the grammars leave it no whitespace to
+    run on."""
+    _assert_large_vocabulary_samples(large, mode, 64, record_property)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["plain", "workload"])
+def test_a_large_vocabulary_samples_scripts_not_whitespace_many(large, mode, record_property):
+    _assert_large_vocabulary_samples(large, mode, 512, record_property)
 
 
 # ---- the same model, unconstrained ----------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Tokenizers and tiny models for small models trained from scratch.
+"""Tokenizers and tiny models: for small models trained from scratch, and a real large
+vocabulary for tests.
 
 A byte-level BPE tokenizer is trained with ``tokenizers`` on Dragon scripts (encoded from real
 MetaSchedule traces) and on prompt-like text, and wrapped as a ``PreTrainedTokenizerFast`` with
@@ -6,11 +7,15 @@ MetaSchedule traces) and on prompt-like text, and wrapped as a ``PreTrainedToken
 ``AutoTokenizer.from_pretrained`` finds it again.  Byte-level BPE keeps every one of the 256
 bytes as a token, so any text, and any script the grammar allows, can be spelled.
 
-Real models keep their own tokenizer; this module is only for models trained from scratch.
+``openai_tokenizer`` gives OpenAI's cl100k_base or o200k_base vocabulary, built locally from the
+``bpe-openai`` package, as the same kind of tokenizer: a large model's vocabulary, with tokens
+that are long runs of spaces, tabs and newlines, for testing the sampler against what real
+models can write.  Real models keep their own tokenizer.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +23,11 @@ from typing import Any
 __all__ = [
     "BOS_TOKEN",
     "EOS_TOKEN",
+    "OPENAI_ENCODINGS",
     "PAD_TOKEN",
     "TokenizerConfig",
     "build_tokenizer",
+    "openai_tokenizer",
     "prompt_texts",
     "script_corpus",
     "tiny_model",
@@ -141,6 +148,79 @@ def build_tokenizer(config: TokenizerConfig | None = None):
                                config.seed))
     texts += prompt_texts(config.workloads, config.targets)
     return train_tokenizer(texts, config.vocab_size, config.min_frequency)
+
+
+# Each encoding's split regex as tiktoken defines it (bpe_openai.registry), without the
+# possessive quantifiers of its cl100k pattern, as transformers' TikTokenConverter writes it.
+OPENAI_ENCODINGS: dict[str, str] = {
+    "cl100k_base": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
+                   r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",
+    "o200k_base": "|".join([
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"""
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"""
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""", r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""", r"""\s+""",
+    ]),
+}
+OPENAI_EOS = "<|endoftext|>"
+
+
+@functools.cache
+def openai_tokenizer(name: str = "cl100k_base"):
+    """OpenAI's ``name`` vocabulary (``OPENAI_ENCODINGS``) as a byte-level BPE
+    ``PreTrainedTokenizerFast``, built without network from the ranks ``bpe-openai`` ships, with
+    ``<|endoftext|>`` as its EOS and pad token (the next id after the ranks).  It tokenizes as
+    tiktoken does (the same ids for the ranks).  Building cl100k_base takes about 1.5 s, so
+    it is built once per process; the tokenizer returned is shared: do not change it.
+
+    The merges are read back from the ranks as transformers' ``TikTokenConverter`` does: a
+    token of rank r merges every split of it into two tokens, at r.
+
+    >>> tok = openai_tokenizer()
+    >>> len(tok), tok.decode(tok("tile i [4, 8] -> i0, i1\\n").input_ids)
+    (100257, 'tile i [4, 8] -> i0, i1\\n')
+    """
+    import bpe_openai
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    if name not in OPENAI_ENCODINGS:
+        raise ValueError(f"Expected one of {sorted(OPENAI_ENCODINGS)} but got name={name!r}")
+    encoding = bpe_openai.get_encoding(name)
+    special = {encoding.encode_single_token(t) for t in encoding.special_tokens_set}
+    ranks = {encoding.decode_single_token_bytes(i): i for i in range(encoding.n_vocab)
+             if i not in special and _has_bytes(encoding, i)}
+    byte_char = bytes_to_unicode()
+
+    def spell(token: bytes) -> str:
+        return "".join(byte_char[b] for b in token)
+
+    merges: list[tuple[int, int, int, bytes, bytes]] = []
+    for token, rank in ranks.items():
+        merges.extend((rank, ranks[token[:k]], ranks[token[k:]], token[:k], token[k:])
+                      for k in range(1, len(token)) if token[:k] in ranks and token[k:] in ranks)
+    merges.sort()
+    bpe = Tokenizer(models.BPE({spell(t): r for t, r in ranks.items()},
+                               [(spell(a), spell(b)) for *_, a, b in merges],
+                               ignore_merges=True))  # a pre-token in the vocabulary stays whole
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(OPENAI_ENCODINGS[name]), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    bpe.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=OPENAI_EOS,
+                                   pad_token=OPENAI_EOS, clean_up_tokenization_spaces=False)
+
+
+def _has_bytes(encoding: Any, rank: int) -> bool:
+    """Whether ``rank`` is a token (cl100k_base leaves a few ids unused)."""
+    try:
+        encoding.decode_single_token_bytes(rank)
+    except KeyError:
+        return False
+    return True
 
 
 def tiny_model(tokenizer, **config: Any):
