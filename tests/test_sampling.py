@@ -148,9 +148,20 @@ def _assert_large_vocabulary_samples(large, mode, n, record_property):
                   and not tokenizer.convert_tokens_to_string([t]).strip()]
     assert len(whitespace) > 100  # the tokens an untrained model would write for ever
     start = time.perf_counter()
-    samples = sample(model, tokenizer, f"Workload: {LARGE_SPEC}\nTarget: llvm\nScript:\n",
-                     SamplingConfig(n=n, batch_size=min(n, 64), max_new_tokens=40, seed=5,
-                                    grammar=_grammar(mode)))
+    prompt = f"Workload: {LARGE_SPEC}\nTarget: llvm\nScript:\n"
+    if mode == "schedule":
+        from codegen.workloads import workload
+        from training.sampling import sample_schedule_aware
+
+        samples = sample_schedule_aware(model, tokenizer, prompt, workload(LARGE_SPEC), "llvm",
+                                        SamplingConfig(n=n, batch_size=min(n, 64),
+                                                       max_new_tokens=48, seed=5))
+        assert all(s.applies for s in samples), [s.error[:200] for s in samples
+                                                 if not s.applies][:3]
+    else:
+        samples = sample(model, tokenizer, prompt,
+                         SamplingConfig(n=n, batch_size=min(n, 64), max_new_tokens=40, seed=5,
+                                        grammar=_grammar(mode)))
     elapsed = time.perf_counter() - start
     record_property("sampling", summary(samples, elapsed))
     record_property("build_seconds", seconds)
@@ -173,7 +184,7 @@ def test_the_languages_own_grammar_lets_a_large_vocabulary_write_whitespace(larg
     assert sum(bool(_UNCANONICAL_SPACE.search(s.text)) for s in samples) >= 4
 
 
-@pytest.mark.parametrize("mode", ["plain", "workload"])
+@pytest.mark.parametrize("mode", ["plain", "workload", "schedule"])
 def test_a_large_vocabulary_samples_scripts_not_whitespace(large, mode, record_property):
     """With a real large vocabulary, an untrained model under each grammar ends every sample,
     and every one parses and is laid out canonically: the grammars leave it no whitespace to
@@ -182,7 +193,7 @@ def test_a_large_vocabulary_samples_scripts_not_whitespace(large, mode, record_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["plain", "workload"])
+@pytest.mark.parametrize("mode", ["plain", "workload", "schedule"])
 def test_a_large_vocabulary_samples_scripts_not_whitespace_many(large, mode, record_property):
     _assert_large_vocabulary_samples(large, mode, 512, record_property)
 
