@@ -335,7 +335,7 @@ def check(text: str | bytes, *, workload: Any = None, target: Any = None,
             for v in (*inst.inputs, *inst.attrs, inst.decision)):
         return []
     try:
-        trace = _build(decoded.insts)
+        _build(decoded.insts)
     except DragonError as exc:
         return [_diagnostic(exc, "semantic")]
     if workload is None:

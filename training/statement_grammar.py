@@ -117,8 +117,8 @@ def statement_grammar(live: LiveSchedule, *, postproc_set: str,
         return _lit(" -> " + ", ".join(live.expected_results(op, target, n)))
 
     # getters
-    r.stmt(_alts(f'{_lit(f"block {json.dumps(b)} -> ")} {_lit(live.expected_results("block", b)[0])}'
-                 for b in live.block_names()))
+    r.stmt(_alts(f'{_lit(f"block {json.dumps(b)} -> ")} '
+                 f'{_lit(live.expected_results("block", b)[0])}' for b in live.block_names()))
     for b in blocks:
         loop_names = live.expected_results("loops", b)
         r.stmt(_lit(f"loops {b}" + (" -> " + ", ".join(loop_names) if loop_names else "")))
@@ -194,7 +194,7 @@ def statement_grammar(live: LiveSchedule, *, postproc_set: str,
     r.stmt(_lit(f"postproc auto {postproc_set}"))
 
     body = "\n    | ".join(r.stmts)
-    lines = [f'start: stmt "\\n"', f"stmt: {body}"]
+    lines = ['start: stmt "\\n"', f"stmt: {body}"]
     lines += [f"{k}: {v}" for k, v in r.rules.items()]
     return "\n".join(lines) + "\n"
 

@@ -5,8 +5,9 @@ TVM's schedule primitives, which can abort the process, hang or take gigabytes o
 input.  So, as for ``dragon apply`` and ``dragon bench``, they run in a
 ``codegen.measure.worker.Worker`` within a time and memory limit.  The script is applied
 statement by statement (``dragon_dsl.live.apply_script``), as the schedule-aware sampler applies
-it: the first statement refused is the one reported, with the sampler's message.  ``dragon_dsl`` reaches this
-module through the ``dragon.check_workload`` entry point, since it may not import codegen.
+it: the first statement refused is the one reported, with the sampler's message.
+``dragon_dsl`` reaches this module through the ``dragon.check_workload`` entry point, since it
+may not import codegen.
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ By default decoding is schedule-aware (``training.sampling.schedule_aware``): ea
 applied to the kernel as it is written and the next is narrowed by the live schedule, so every
 sample applies.  ``--decoding workload`` constrains by the grammar narrowed to the workload
 (``training.constraints``) only, ``--decoding plain`` (or ``--plain-grammar``) by the
-language's grammar alone, and ``--decoding none`` (or ``--no-constraints``) samples freely.  ``--check`` builds, verifies and times every sample
-(``training.propose``) and prints JSON.  Exit codes (``ExitCode``): 0 ok, 1 no sample parsed
-(or, with --check, none was correct), 2 usage errors.
+language's grammar alone, and ``--decoding none`` (or ``--no-constraints``) samples freely.
+``--check`` builds, verifies and times every sample (``training.propose``) and prints JSON.
+Exit codes (``ExitCode``): 0 ok, 1 no sample parsed (or, with --check, none was correct),
+2 usage errors.
 """
 
 from __future__ import annotations

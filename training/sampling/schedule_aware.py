@@ -264,9 +264,9 @@ class _Decoder:
         for i, row in enumerate(rows):
             self._new_statement(row, prompt_rows[i])
         prompt_len = self.mask.sum(-1)
-        from transformers import DynamicCache
-
         import inspect
+
+        from transformers import DynamicCache
 
         # transformers 5.x names the cache argument `cache` (`past_key_values` is deprecated).
         key = "cache" if "cache" in inspect.signature(model.forward).parameters \
@@ -282,10 +282,11 @@ class _Decoder:
                 break
             tokens = self._step(rows, logits, prompt_rows)
             fed = torch.tensor([t if t is not None else pad for t in tokens], device=device)
-            keep = torch.tensor([t is not None for t in tokens], device=device, dtype=self.mask.dtype)
+            keep = torch.tensor([t is not None for t in tokens], device=device,
+                                dtype=self.mask.dtype)
             column = self.mask.shape[1]
             self.mask = torch.cat([self.mask, keep[:, None]], dim=1)
-            for i, (row, t) in enumerate(zip(rows, tokens, strict=True)):
+            for row, t in zip(rows, tokens, strict=True):
                 if t is not None:
                     row.columns.append(column)
             start = time.perf_counter()
