@@ -347,7 +347,7 @@ def check(text: str | bytes, *, workload: Any = None, target: Any = None,
     if decoded.postproc_set is not None and target is None:
         return [Diagnostic("apply", "`postproc auto` needs a target to check against")]
     try:
-        apply_script(program.source or text, workload, target)
+        apply_script(program.source or "", workload, target)
     except DragonError as exc:
         return [_diagnostic(exc, "apply")]
     return []
