@@ -136,13 +136,12 @@ def sampling_grammar(text: str | None = None) -> str:
     admitted.  ``text``: a version of ``grammar/dragon.lark`` to derive from instead of the
     shipped one.
 
-    - Layout (``training.layout``): one statement per line, each ended by one ``\n``, and
+    - Layout (``training.layout``): one statement per line, each ended by one ``\\n``, and
       between two tokens exactly the separator the printer writes (``tile l0 [4, 8] -> l1,
       l2``, ``unroll=16``, ``@K(x;)``), never a run of spaces, a tab or a blank line: the
       vocabulary of a large model has tokens that are nothing but whitespace, which an
       untrained model would otherwise write until its budget ends.  Keywords cannot glue to
       what follows (``parallell0``, ``read4``), since a space separates them.
-
     - ``l3..l6`` is a range only when both ends share a prefix and the first number is smaller,
       which no context-free grammar can say; a sampler that wrote ``l6..b2`` would produce text
       the parser refuses.  Without ranges a sampled script lists names one by one (``l3, l4``),

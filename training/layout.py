@@ -41,7 +41,7 @@ import re
 from dragon_dsl.errors import GrammarError
 from dragon_dsl.grammar import Grammar
 
-__all__ = ["SPACE", "canonical_lines", "canonical_spacing", "separator"]
+__all__ = ["SPACE", "WORD", "canonical_lines", "canonical_spacing", "separator"]
 
 SPACE = '" "'
 _OPEN = frozenset("([{<")
@@ -268,7 +268,11 @@ class _Layout:
                 lexemes = self.g.definition(symbol, "canonical layout").lexemes
                 text = lexemes[0] if len(lexemes) == 1 else "/"
             if text.startswith('"'):
-                literal = json.loads(text)
+                try:
+                    literal = json.loads(text)
+                except ValueError:  # `"x"i` and escapes JSON does not know
+                    raise _error(self.g, self.rule, f"the literal {text}, which it cannot "
+                                 "read") from None
                 if literal == _NEWLINE or literal in (_OPEN | _CLOSE | _TIGHT_BEFORE | _GLUED
                                                       | _OPERATORS):
                     kind = literal
