@@ -18,7 +18,7 @@ from .grammar import reserved_words, statement_options
 from .parser import expr_dtype
 from .statements import PLAIN_ANNOTATION_KEYS, STATEMENTS
 
-__all__ = ["format_program", "format_statement", "format_value"]
+__all__ = ["annotation_key_text", "format_program", "format_statement", "format_value"]
 
 _DTYPE_SUFFIX = {
     "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -224,6 +224,11 @@ def _ann_key(key: str) -> str:
             (short not in reserved_words() or short in _KEYWORD_KEYS):
         return short
     return format_value(key)
+
+
+def annotation_key_text(key: str) -> str:
+    """How an annotation key is written in a script (``parallel``, ``"pragma_x.y"``)."""
+    return _ann_key(key)
 
 
 def print_annotate(stmt: Stmt) -> str:

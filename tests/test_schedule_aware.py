@@ -13,7 +13,7 @@ import dragon_dsl
 from codegen.search import sample_traces
 from codegen.workloads import workload
 from dragon_dsl.live import LiveSchedule, apply_script
-from training.constraints import expand_ranges
+from training.constraints import annotation_keys, categorical_lists, expand_ranges
 from training.sampling import SamplingConfig, sample_schedule_aware, schedule_aware_generate
 from training.statement_grammar import statement_grammar
 from training.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
@@ -48,7 +48,9 @@ def walk(spec: str, target: str, rules: str, n: int) -> int:
             trace, postproc="auto", postproc_set=postproc_set(rules), workload=wl))
         live = LiveSchedule(wl, target)
         for line in script.splitlines():
-            lark = statement_grammar(live, postproc_set=postproc_set(rules))
+            lark = statement_grammar(live, postproc_set=postproc_set(rules),
+                                     categorical=categorical_lists(wl, target, rules) or (),
+                                     annotations=annotation_keys(wl, target, rules) or ())
             assert admits(lark, line + "\n"), f"{spec} {rules}: refused {line!r}\n{script}"
             live.step(line)
             walked += 1
@@ -220,6 +222,7 @@ def test_grpo_rollouts_apply(tmp_path, tokenizer, monkeypatch):
         assert ok and completion.endswith(STOP)
 
 
+@pytest.mark.slow
 def test_thousand_untrained_samples_end_parse_and_apply(model, tokenizer, record_property):
     """The 1,000-sample guarantee of the other modes (tests/test_sampling.py), schedule-aware:
     every sample ends, parses and applies to its kernel."""

@@ -33,7 +33,7 @@ from dragon_dsl.statements import STATEMENTS
 
 from .layout import canonical_lines, canonical_spacing
 
-__all__ = ["MAX_FACTORS", "categorical_lists", "expand_ranges", "kernel_loops",
+__all__ = ["MAX_FACTORS", "annotation_keys", "categorical_lists", "expand_ranges", "kernel_loops",
            "sampling_grammar", "workload_grammar"]
 
 TILE_LENGTHS = (2, 3, 4, 5)
@@ -83,6 +83,30 @@ def categorical_lists(workload: Any, target: Any = "llvm",
     lists = [tuple(int(v) for v in inst.attrs[0]) for design in space.spaces
              for inst in design.trace.insts if inst.kind.name == "SampleCategorical"]
     return tuple(dict.fromkeys(lists))
+
+
+def annotation_keys(workload: Any, target: Any = "llvm",
+                    rules: str | None = None) -> tuple[str, ...] | None:
+    """The annotation keys MetaSchedule's rules write for ``workload`` on ``target`` (before
+    postprocessing), as a script spells them (``tiling_structure``, ``unroll_explicit``); read
+    from the ``Annotate`` instructions of the design spaces, as ``categorical_lists`` reads its
+    lists.  None when MetaSchedule cannot generate a design space for the pair.
+
+    >>> from codegen.workloads import workload
+    >>> annotation_keys(workload("matmul(m=16,n=16,k=16)"))
+    ('tiling_structure', 'parallel', 'vectorize', 'unroll_explicit')
+    """
+    from codegen.search import search_space
+    from codegen.targets import default_rules
+    from dragon_dsl.printer import annotation_key_text
+
+    try:
+        space = search_space(workload.mod, target, rules or default_rules(target))
+    except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
+        return None
+    keys = [annotation_key_text(str(inst.attrs[0])) for design in space.spaces
+            for inst in design.trace.insts if inst.kind.name == "Annotate"]
+    return tuple(dict.fromkeys(keys))
 
 
 def _divisors(n: int) -> list[int]:

@@ -15,7 +15,7 @@ built here from that state.  It admits, in canonical layout:
 - buffer indices within the block's reads (``cache_read``) or writes (``cache_write``,
   ``set_scope``);
 - ``sample_categorical`` over the candidate lists MetaSchedule's rules offer for the workload
-  and target, with an index inside the list;
+  and target, with an index inside the list, and ``annotate`` with the keys those rules write;
 - ``postproc auto SET`` for the target's postprocessor set, and only as the last statement.
 
 Statements MetaSchedule rarely writes before ``postproc`` (``tensorize``, ``transform_layout``,
@@ -93,12 +93,15 @@ def _names(names: Sequence[str]) -> str:
 
 
 def statement_grammar(live: LiveSchedule, *, postproc_set: str,
-                      categorical: Sequence[Sequence[int]] = ()) -> str:
+                      categorical: Sequence[Sequence[int]] = (),
+                      annotations: Sequence[str] = ()) -> str:
     """One statement line (ending with ``\\n``) that may come next in ``live``'s script.
 
     ``postproc_set``: the target's postprocessor set, which ``postproc auto`` must name.
     ``categorical``: the candidate lists ``sample_categorical`` may draw from (see
     ``training.constraints.categorical_lists``); empty: any list of integers.
+    ``annotations``: the keys ``annotate`` may write (``training.constraints.annotation_keys``);
+    empty: any key.
     """
     if live.postproc_set is not None:
         return 'start: ""'  # the script is complete: nothing may follow
@@ -130,24 +133,30 @@ def statement_grammar(live: LiveSchedule, *, postproc_set: str,
             names = live.expected_results(op, b, n)
             r.stmt(_lit(f"{op} {b}" + (" -> " + ", ".join(names) if names else "")))
 
-    # tiles and splits of loops with a known extent
+    # Tiles and splits.  The names a tile or split binds depend only on the number of factors,
+    # unless the loop is named after a workload loop (i -> i0, i1): loops are grouped by what
+    # their alternatives share, which keeps the grammar (and its compile time) small.
+    tiles: dict[tuple, list[str]] = {}
+    splits: dict[tuple, list[str]] = {}
     for lp in loops:
         extent = live.extent(lp)
-        if extent is None:
-            continue
         for k in TILE_LENGTHS:
-            names = live.expected_results("tile", lp, k)
-            with_factors = live.expected_results("tile", lp, k, factors=True)[k:]
-            head = f'{_lit(f"tile {lp} [")} {_factorizations(r, extent, k)} "]"'
-            r.stmt(f'{head} (" max_inner=" UINT)? {_names_after(names)} '
-                   f'({_lit(" factors " + ", ".join(with_factors))})?')
+            names = tuple(live.expected_results("tile", lp, k))
+            named = tuple(live.expected_results("tile", lp, k, factors=True)[k:])
+            if extent is not None:
+                tiles.setdefault((extent, k, names, named), []).append(lp)
+        for k in SPLIT_LENGTHS:
+            splits.setdefault((k, tuple(live.expected_results("split", lp, k))), []).append(lp)
+    for (extent, k, names, named), group in tiles.items():
+        head = f'"tile " {_alts(_lit(lp) for lp in group)} " [" {_factorizations(r, extent, k)}'
+        r.stmt(f'{head} "]" (" max_inner=" UINT)? {_names_after(names)} '
+               f'({_lit(" factors " + ", ".join(named))})?')
     if lref:
         factor = "(" + " | ".join(x for x in ['"none"', vref, "UINT"] if x) + ")"
-        for lp in loops:
-            for k in SPLIT_LENGTHS:
-                items = ' ", " '.join([factor] * k)
-                r.stmt(f'{_lit(f"split {lp} [")} {items} "]" {_split_options()} '
-                       f'{_names_after(live.expected_results("split", lp, k))}')
+        for (k, names), group in splits.items():
+            items = ' ", " '.join([factor] * k)
+            r.stmt(f'"split " {_alts(_lit(lp) for lp in group)} " [" {items} "]" '
+                   f'{_split_options()} {_names_after(names)}')
         r.stmt(f'"fuse " {lref} (" " {lref})* (" preserve_unit_iters=" BOOL)? {one("fuse")}')
         r.stmt(f'"reorder " {lref} (" " {lref})+')
         r.stmt(f'("parallel " | "vectorize " | "unroll ") {lref}')
@@ -155,9 +164,11 @@ def statement_grammar(live: LiveSchedule, *, postproc_set: str,
     if anyref:
         value = "(" + " | ".join(x for x in [anyref, vref, "INT", "STRING",
                                              '"[" INT (", " INT)* "]"'] if x) + ")"
-        r.add("ANNKEY", r"/[a-z_][a-z0-9_]*/")
-        r.stmt(f'"annotate " {anyref} " " (ANNKEY | STRING) "=" {value}')
-        r.stmt(f'"unannotate " {anyref} " " (ANNKEY | STRING)')
+        key = _alts(_lit(k) for k in annotations) if annotations else "(ANNKEY | STRING)"
+        if not annotations:
+            r.add("ANNKEY", r"/[a-z_][a-z0-9_]*/")
+        r.stmt(f'"annotate " {anyref} " " {key} "=" {value}')
+        r.stmt(f'"unannotate " {anyref} " " {key}')
     if bref and lref:
         at_options = '(" preserve_unit_loops=" BOOL)? (" index=" INT)?'
         r.stmt(f'("compute_at " | "reverse_compute_at ") {bref} " " {lref} {at_options}')

@@ -64,7 +64,7 @@ class ScheduleAwareConfig:
         "help": "Times one statement may be rolled back and sampled again."})
     sample_retries: int = field(default=16, metadata={
         "help": "Statements one sample may roll back in all; past it the sample is closed."})
-    grammar_cache: int = field(default=4096, metadata={
+    grammar_cache: int = field(default=256, metadata={
         "help": "Compiled statement grammars kept (rows in the same state share one)."})
 
 
@@ -151,12 +151,14 @@ class _Stats:
 class _Decoder:
     def __init__(self, model, tokenizer, workloads: Sequence[Any], target: Any, *,
                  postproc_set: str, categorical: Sequence[Sequence[Sequence[int]]],
+                 annotations: Sequence[Sequence[str]],
                  temperature: float, top_p: float, max_new_tokens: int, stop: str | None,
                  eos: list[int], config: ScheduleAwareConfig) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.workloads, self.target = workloads, target
         self.postproc_set = postproc_set
         self.categorical = categorical
+        self.annotations = annotations
         self.temperature, self.top_p = temperature, top_p
         self.max_new_tokens, self.stop = max_new_tokens, stop
         self.eos = eos
@@ -188,7 +190,8 @@ class _Decoder:
         start = time.perf_counter()
         try:
             lark = statement_grammar(row.live, postproc_set=self.postproc_set,
-                                     categorical=self.categorical[row_index])
+                                     categorical=self.categorical[row_index],
+                                     annotations=self.annotations[row_index])
         except Exception as exc:  # noqa: BLE001  a query TVM refuses: narrow nothing this time
             row.error = f"narrowing the next statement failed: {exc}"
             lark = 'start: /[^\n]*/ "\n"'
@@ -444,7 +447,7 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     from codegen.targets import default_rules
     from codegen.targets import postproc_set as target_postproc_set
 
-    from ..constraints import categorical_lists
+    from ..constraints import annotation_keys, categorical_lists
 
     if len(prompts) != len(workloads):
         raise ValueError(f"Expected one workload per prompt but got {len(prompts)} prompts and "
@@ -453,11 +456,13 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     postproc_set = postproc_set or target_postproc_set(rules)
     if categorical is None:
         categorical = [categorical_lists(w, target, rules) or () for w in workloads]
+    annotations = [annotation_keys(w, target, rules) or () for w in workloads]
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     decoder = _Decoder(model, tokenizer, workloads, target, postproc_set=postproc_set,
-                       categorical=categorical, temperature=temperature, top_p=top_p,
+                       categorical=categorical, annotations=annotations,
+                       temperature=temperature, top_p=top_p,
                        max_new_tokens=max_new_tokens, stop=stop, eos=eos,
                        config=config or ScheduleAwareConfig())
     with torch.no_grad():
