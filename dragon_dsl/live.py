@@ -74,6 +74,9 @@ class LiveSchedule:
         self._decoder = _Decoder(Program([], source=source))
         self._namer = _Namer(set())
         self._nice: set[str] = set()      # loops named after the workload's loops
+        # `sample_compute_location` results: a loop, or the markers of "root" and "inline",
+        # which TVM resolves only in `compute_at`; always in scope.
+        self._locations: dict[str, tuple[str, int]] = {}  # name -> (block, decision)
 
     # ---- stepping -------------------------------------------------------------------------
 
@@ -83,9 +86,22 @@ class LiveSchedule:
         other.__dict__.update(self.__dict__)
         other.sch = self.sch.copy()
         other.rvs, other.kinds, other._nice = dict(self.rvs), dict(self.kinds), set(self._nice)
+        other._locations = dict(self._locations)
         other._decoder = _copy_decoder(self._decoder)
         other._namer = _copy_namer(self._namer)
+        other._relocate()
         return other
+
+    def _relocate(self) -> None:
+        """A schedule copy maps TVM's "root" and "inline" location markers to nothing: sample
+        each compute location again, with its decision, on this schedule."""
+        for name, (block, decision) in self._locations.items():
+            if decision < 0 and block in self.rvs:
+                try:
+                    self.rvs[name] = self.sch.sample_compute_location(self.rvs[block],
+                                                                      decision=decision)
+                except Exception:  # noqa: BLE001  the block is gone: so is the location
+                    pass
 
     def step(self, stmt: Stmt | str, source_line: str | None = None) -> list[str]:
         """Apply one statement (a ``Stmt`` or the text of one line); returns the names it binds.
@@ -101,16 +117,18 @@ class LiveSchedule:
                                        f"{len(program.statements)}")
             source_line = source_line or stmt.rstrip("\n")
             stmt = program.statements[0]
-        trial = self.fork()
+        # Applied to this schedule (its random variables, location markers included, stay as
+        # TVM made them); a copy taken first is put back if the statement is refused.
+        backup = self.fork()
         if source_line is not None:
-            trial._decoder.lines = [""] * ((stmt.line or 1) - 1) + [source_line]
+            self._decoder.lines = [""] * ((stmt.line or 1) - 1) + [source_line]
         try:
-            bound = trial._apply(stmt)
-        except DslSemanticError:
-            raise
+            bound = self._apply(stmt)
         except DragonError as exc:
-            raise trial._error(stmt, str(exc)) from None
-        self.__dict__.update(trial.__dict__)
+            error = exc if isinstance(exc, DslSemanticError) else self._error(stmt, str(exc))
+            self.__dict__.update(backup.__dict__)
+            raise error from None
+        self._decoder.lines = backup._decoder.lines
         self.statements += 1
         return bound
 
@@ -131,6 +149,9 @@ class LiveSchedule:
         for name in canonical:
             self._namer.taken.add(name)
         self._namer.taken.update(stmt.targets)
+        if stmt.op == "sample_compute_location":
+            block = stmt.args[0].name if isinstance(stmt.args[0], Ref) else str(stmt.args[0])
+            self._locations.update({t: (block, int(stmt.args[1])) for t in stmt.targets})
         if stmt.op == "postproc":
             self.in_postproc = True
             if stmt.args:
@@ -276,7 +297,7 @@ class LiveSchedule:
         rv = self.rvs.get(name)
         if rv is None:
             return False
-        if self.kinds.get(name) == "var":
+        if self.kinds.get(name) == "var" or name in self._locations:
             return True
         try:
             self.sch.get(rv)  # raises when the statement it stood for is gone
@@ -311,7 +332,10 @@ class LiveSchedule:
         """A loop's extent, None when it is not a constant."""
         import tvm
 
-        node = self.sch.get(self.rvs[loop])
+        try:
+            node = self.sch.get(self.rvs[loop])
+        except Exception:  # noqa: BLE001  a compute location marker (root, inline)
+            return None
         return int(node.extent.value) if isinstance(node.extent, tvm.tirx.IntImm) else None
 
     def related(self, op: str, block: str) -> list[str]:

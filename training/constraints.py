@@ -105,7 +105,7 @@ def annotation_keys(workload: Any, target: Any = "llvm",
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
         return None
     keys = [annotation_key_text(str(inst.attrs[0])) for design in space.spaces
-            for inst in design.trace.insts if inst.kind.name == "Annotate"]
+            for inst in design.trace.insts if inst.kind.name in ("Annotate", "Unannotate")]
     return tuple(dict.fromkeys(keys))
 
 
