@@ -139,7 +139,9 @@ def register(subparsers) -> None:
     p.add_argument("--decoding", choices=GRAMMARS, default="schedule",
                    help="schedule: apply each statement as it is written (every sample "
                         "applies); workload: the workload's grammar; plain: the language's "
-                        "grammar; none: no constraint (default: schedule)")
+                        "grammar; none: no constraint (default: schedule; --backend and "
+                        "--wind-down concern the other modes, schedule-aware decoding closes a "
+                        "script near the budget itself)")
     p.add_argument("--plain-grammar", action="store_true", help="same as --decoding plain")
     p.add_argument("--no-constraints", action="store_true", help="same as --decoding none")
     p.add_argument("--check", action="store_true",
