@@ -5,17 +5,17 @@ schedule-aware decoding, the median time to apply one statement and to narrow th
 
     python benchmarks/bench_sampling.py [--tokens 128] [--batch 16] [--repeats 5]
 
-Every mode generates exactly ``--tokens`` tokens per row (EOS is held off with
-``min_new_tokens`` and the wind-down is off), so the three modes run the same forward passes on
-sequences of the same lengths and differ only by the constraint.  Modes alternate within each
-repeat; the table gives medians over repeats, each mode's time relative to unconstrained, and
-the share of the wall time spent in the logits processor (feeding matchers, computing and
-applying masks), which machine noise does not move as much as the ratio.
+Every mode generates up to ``--tokens`` tokens per row (the wind-down is off); a constrained
+script ends when the grammar says so (the canonical sampling grammar admits nothing after a
+complete script), so modes are compared per decoding step (one forward pass for the batch) with
+the prefill (one forward pass over the prompts, timed apart) taken out.  Modes alternate within
+each repeat; the table gives medians over repeats, each mode's time per step relative to
+unconstrained, and the share of the wall time spent in the constraint (the logits processor:
+feeding matchers, computing and applying masks; schedule-aware: masks, applying statements and
+narrowing the next), which machine noise does not move as much as the ratio.
 
-Schedule-aware decoding runs its own loop (it takes rolled-back tokens out of the cache) and its
-rows end when their script does, so it is compared per decoding step (one forward pass for the
-batch), prefill excluded in both: (its seconds - prefill) / steps against the unconstrained
-(seconds - prefill) / tokens, with the prefill (one forward pass over the prompts) timed apart.
+Schedule-aware decoding runs its own loop (it takes rolled-back tokens out of the cache) rather
+than ``model.generate``; its time per step includes that loop's own bookkeeping.
 Models are untrained Llama models from ``training.tokenizer.tiny_model`` (CPU, the torch default
 thread count): the smaller the model, the cheaper its forward pass and the more the mask shows.
 """
@@ -61,9 +61,9 @@ def run_mode(model, tokenizer, prompts, grammars, mode: str, tokens: int, batch:
 
     from training.sampling import grammar_logits_processor
 
-    elapsed, steps = 0.0, []
     if mode == "schedule":
         return run_schedule(model, tokenizer, prompts, tokens, batch)
+    elapsed, steps, masks = 0.0, 0, []
     for prompt, grammar in zip(prompts, grammars, strict=True):
         inputs = tokenizer([prompt] * batch, return_tensors="pt")
         hooks = {}
@@ -75,42 +75,39 @@ def run_mode(model, tokenizer, prompts, grammars, mode: str, tokens: int, batch:
         start = time.perf_counter()
         with torch.no_grad():
             out = model.generate(**inputs, do_sample=True, top_k=0, max_new_tokens=tokens,
-                                 min_new_tokens=tokens, pad_token_id=tokenizer.pad_token_id,
-                                 **hooks)
+                                 pad_token_id=tokenizer.pad_token_id, **hooks)
         elapsed += time.perf_counter() - start
-        assert out.shape[1] - inputs["input_ids"].shape[1] == tokens
+        steps += out.shape[1] - inputs["input_ids"].shape[1]
         if hooks:
-            steps += processor.steps
-    return elapsed, steps
+            masks += processor.steps
+    return elapsed, steps, masks, {}
 
 
 WORKLOADS: dict = {}
 
 
 def run_schedule(model, tokenizer, prompts, tokens: int, batch: int):
-    """Schedule-aware decoding of the same prompts: seconds per step with the prefill taken
-    out, and the per-statement timings."""
+    """Schedule-aware decoding of the same prompts: seconds with the prefill taken out, steps,
+    and the per-statement timings."""
     import torch
 
     from training.sampling import schedule_aware_generate
 
-    per_step, stats = [], {"replay": [], "narrow": [], "steps": 0, "overhead": 0.0,
-                           "elapsed": 0.0}
+    elapsed, steps = 0.0, 0
+    extra = {"replay": [], "narrow": [], "overhead": 0.0}
     for prompt in prompts:
         part: dict = {}
         torch.manual_seed(0)
         start = time.perf_counter()
         schedule_aware_generate(model, tokenizer, [prompt] * batch, [WORKLOADS[prompt]] * batch,
                                 "llvm", max_new_tokens=tokens, stats=part)
-        elapsed = time.perf_counter() - start - part["prefill_seconds"]
-        per_step.append(elapsed / max(part["steps"], 1))
-        stats["replay"] += part["replay_seconds"]
-        stats["narrow"] += part["narrow_seconds"]
-        stats["steps"] += part["steps"]
-        stats["elapsed"] += elapsed
-        stats["overhead"] += (part["mask_seconds"] + sum(part["replay_seconds"])
+        elapsed += time.perf_counter() - start - part["prefill_seconds"]
+        steps += part["steps"]
+        extra["replay"] += part["replay_seconds"]
+        extra["narrow"] += part["narrow_seconds"]
+        extra["overhead"] += (part["mask_seconds"] + sum(part["replay_seconds"])
                               + sum(part["narrow_seconds"]))
-    return statistics.mean(per_step) * tokens * len(prompts), [], stats
+    return elapsed, steps, [], extra
 
 
 def prefill_seconds(model, tokenizer, prompts, batch: int) -> float:
@@ -164,32 +161,29 @@ def main() -> None:
         params = sum(p.numel() for p in model.parameters())
         run_mode(model, tokenizer, prompts[:1], grammars[:1], "grammar", 8, 2)  # warm-up
         run_mode(model, tokenizer, prompts[:1], grammars[:1], "schedule", 8, 2)
-        seconds = {m: [] for m in MODES}
-        steps = {m: [] for m in MODES}
+        per_step = {m: [] for m in MODES}
+        masks = {m: [] for m in MODES}
         in_processor = {m: [] for m in MODES}
         statement = {"replay": [], "narrow": []}
         for _ in range(args.repeats):
             prefill = prefill_seconds(model, tokenizer, prompts, args.batch)
             for mode in MODES:
-                result = run_mode(model, tokenizer, prompts, grammars, mode, args.tokens,
-                                  args.batch)
-                t, s = result[0], result[1]
-                if mode == "schedule":  # already per step, prefill excluded
-                    statement["replay"] += result[2]["replay"]
-                    statement["narrow"] += result[2]["narrow"]
+                t, n, mask, extra = run_mode(model, tokenizer, prompts, grammars, mode,
+                                             args.tokens, args.batch)
+                if mode == "schedule":  # its own loop times the prefill apart
+                    statement["replay"] += extra["replay"]
+                    statement["narrow"] += extra["narrow"]
+                    in_processor[mode].append(extra["overhead"] / t)
                 else:
                     t -= prefill
-                seconds[mode].append(t)
-                steps[mode] += s
-                in_processor[mode].append(
-                    result[2]["overhead"] / result[2]["elapsed"] if mode == "schedule"
-                    else sum(x for x, _ in s) / t)
-        n_tokens = len(prompts) * args.batch * args.tokens
-        base = statistics.median(seconds["unconstrained"])
+                    in_processor[mode].append(sum(x for x, _ in mask) / t)
+                per_step[mode].append(t / n)
+                masks[mode] += mask
+        base = statistics.median(per_step["unconstrained"])
         for mode in MODES:
-            median = statistics.median(seconds[mode])
-            per_row = np.array([s / r for s, r in steps[mode] if r]) * 1e6
-            rows.append((f"{hidden}x{layers} ({params / 1e6:.2f}M)", mode, n_tokens / median,
+            median = statistics.median(per_step[mode])
+            per_row = np.array([s / r for s, r in masks[mode] if r]) * 1e6
+            rows.append((f"{hidden}x{layers} ({params / 1e6:.2f}M)", mode, median * 1e3,
                          median / base, statistics.median(in_processor[mode]),
                          *(np.percentile(per_row, [50, 99]) if len(per_row) else (None, None)),
                          compiled.get(mode)))
@@ -202,13 +196,14 @@ def main() -> None:
         print(f"model {size} done", flush=True)
 
     print()
-    print("| model (hidden x layers) | sampling | tokens/s | time vs unconstrained | "
-          "time in the mask | mask per row-step, median | p99 | grammar compile |")
+    print(f"| model (hidden x layers) | sampling | ms per step ({args.batch} rows) | "
+          "time per step vs unconstrained | time in the constraint | mask per row-step, median "
+          "| p99 | grammar compile |")
     print("|---|---|---|---|---|---|---|---|")
-    for model, mode, rate, ratio, share, p50, p99, compile_s in rows:
+    for model, mode, ms, ratio, share, p50, p99, compile_s in rows:
         mask = ("-", "-") if p50 is None else (f"{p50:.0f} us", f"{p99:.0f} us")
         comp = "-" if compile_s is None else f"{compile_s * 1e3:.0f} ms"
-        print(f"| {model} | {mode} | {rate:,.0f} | {ratio:.2f}x | {share:.1%} | {mask[0]} | "
+        print(f"| {model} | {mode} | {ms:.2f} | {ratio:.2f}x | {share:.1%} | {mask[0]} | "
               f"{mask[1]} | {comp} |")
     print()
     for note in notes:

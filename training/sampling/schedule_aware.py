@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -109,6 +110,25 @@ class _Row:
         self.failed = False
 
 
+_WHOLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _whole_matcher(tokenizer, llg: llguidance.LLTokenizer, eos: tuple[int, ...],
+                   stop: str | None) -> llguidance.LLMatcher:
+    """The sampling grammar (then ``stop``) compiled for a tokenizer and its EOS ids, once per
+    process (``llg`` is that tokenizer's llguidance view)."""
+    per_tokenizer = _WHOLE.setdefault(tokenizer, {})
+    if (eos, stop) not in per_tokenizer:
+        lark = sampling_grammar()
+        if stop:
+            lark = with_end_marker(lark, stop)
+        matcher = llguidance.LLMatcher(llg, llguidance.grammar_from("lark", lark), log_level=0)
+        if matcher.is_error():
+            raise ValueError(f"llguidance rejects the sampling grammar: {matcher.get_error()}")
+        per_tokenizer[eos, stop] = matcher
+    return per_tokenizer[eos, stop]
+
+
 class _Templates:
     """Compiled statement grammars by text (an LRU): rows in the same state share one."""
 
@@ -164,13 +184,7 @@ class _Decoder:
         self.eos = eos
         self.config = config
         self.llg = llg_tokenizer(tokenizer, eos)
-        lark = sampling_grammar()
-        if stop:
-            lark = with_end_marker(lark, stop)
-        self.whole = llguidance.LLMatcher(self.llg, llguidance.grammar_from("lark", lark),
-                                          log_level=0)
-        if self.whole.is_error():
-            raise ValueError(f"llguidance rejects the sampling grammar: {self.whole.get_error()}")
+        self.whole = _whole_matcher(tokenizer, self.llg, tuple(eos), stop)
         self.templates = _Templates(self.llg, config.grammar_cache)
         self.vocab = self.llg.vocab_size
         self.stats = _Stats()
