@@ -297,8 +297,10 @@ class LiveSchedule:
         rv = self.rvs.get(name)
         if rv is None:
             return False
-        if self.kinds.get(name) == "var" or name in self._locations:
+        if self.kinds.get(name) == "var":
             return True
+        if name in self._locations and self._locations[name][1] < 0:
+            return True  # TVM's "root" or "inline" marker: no statement behind it
         try:
             self.sch.get(rv)  # raises when the statement it stood for is gone
             return True
@@ -307,8 +309,14 @@ class LiveSchedule:
 
     def names(self, kind: str) -> list[str]:
         """The names in scope of a kind ("block", "loop", "var") that are alive, in binding
-        order."""
-        return [n for n, k in self.kinds.items() if k == kind and self.alive(n)]
+        order.  Compute locations are not loops here (``locations``): TVM takes them only in
+        ``compute_at``/``reverse_compute_at``, and other primitives can crash on its markers."""
+        return [n for n, k in self.kinds.items()
+                if k == kind and n not in self._locations and self.alive(n)]
+
+    def locations(self) -> list[str]:
+        """The results of ``sample_compute_location`` whose location still exists."""
+        return [n for n in self._locations if self.alive(n)]
 
     def block_names(self) -> list[str]:
         """The blocks of the current module (what ``block "NAME"`` may fetch), root first."""
@@ -349,6 +357,16 @@ class LiveSchedule:
 
     def _children(self, rv) -> list[str]:
         return [str(self.sch.get(b).name_hint) for b in self.sch.get_child_blocks(rv)]
+
+    def rfactor_rank(self, loop: str) -> int | None:
+        """The rank of the buffer a reduction under ``loop`` writes (``rfactor``'s factor axis is
+        at most that); None when no block under the loop writes one."""
+        try:
+            blocks = self.sch.get_child_blocks(self.rvs[loop])
+            ranks = [len(w.source.shape) for b in blocks for w in self.sch.get(b).writes]
+        except Exception:  # noqa: BLE001  a location marker, or a loop that is gone
+            return None
+        return max(ranks) if ranks else None
 
     def buffers(self, block: str) -> tuple[int, int]:
         """How many buffers ``block`` reads and writes."""

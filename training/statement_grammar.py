@@ -19,8 +19,9 @@ built here from that state.  It admits, in canonical layout:
 - ``postproc auto SET`` for the target's postprocessor set, and only as the last statement.
 
 Statements MetaSchedule rarely writes before ``postproc`` (``tensorize``, ``transform_layout``,
-``reindex``, the general form ...) keep their syntax from the whole-script grammar, which the
-sampler applies at the same time; their names and meaning are checked when the statement is
+``reindex`` ...) keep their syntax from the whole-script grammar, which the sampler applies at
+the same time (the general form ``@Kind(...)`` is not admitted: MetaSchedule's scripts need it
+only after ``postproc``, and arbitrary instructions can crash TVM in-process); their names and meaning are checked when the statement is
 applied, and a statement TVM refuses is rolled back and sampled again.  What this grammar
 admits is a subset of ``dragon_dsl.parse``; what it adds to the language's rules are the
 canonical names and layout (the form training data has), nothing a checker would report.
@@ -33,12 +34,15 @@ from collections.abc import Iterable, Sequence
 
 from dragon_dsl.live import LiveSchedule
 
-__all__ = ["FALLBACK_OPS", "THREAD_AXES", "statement_grammar"]
+__all__ = ["FALLBACK_OPS", "GENERAL_KINDS", "THREAD_AXES", "statement_grammar"]
 
 TILE_LENGTHS = (2, 3, 4, 5)
 SPLIT_LENGTHS = (2, 3, 4, 5)
 THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
                "threadIdx.z", "vthread.x", "vthread.y", "vthread.z")
+# Instruction kinds without a statement of their own that MetaSchedule's rules write before
+# `postproc` (the tensor-core rules pad einsums); no other general form is admitted.
+GENERAL_KINDS = ("PadEinsum",)
 # Statements whose arguments this grammar does not narrow: their syntax comes from the
 # whole-script grammar, their meaning from applying them.
 FALLBACK_OPS = ("partitioned_tile", "sample_tile", "sample_partitioned_tile", "loop_partition",
@@ -169,12 +173,22 @@ def statement_grammar(live: LiveSchedule, *, postproc_set: str,
             r.add("ANNKEY", r"/[a-z_][a-z0-9_]*/")
         r.stmt(f'"annotate " {anyref} " " {key} "=" {value}')
         r.stmt(f'"unannotate " {anyref} " " {key}')
-    if bref and lref:
+    places = loops + live.locations()
+    if bref and places:
         at_options = '(" preserve_unit_loops=" BOOL)? (" index=" INT)?'
-        r.stmt(f'("compute_at " | "reverse_compute_at ") {bref} " " {lref} {at_options}')
+        at = _alts(_lit(p) for p in places)
+        r.stmt(f'("compute_at " | "reverse_compute_at ") {bref} " " {at} {at_options}')
+    if bref and lref:
         r.stmt(f'"decompose_reduction " {bref} " " {lref} {one("decompose_reduction")}')
     if lref:
-        r.stmt(f'"rfactor " {lref} " " UINT {one("rfactor")}')
+        # factor_axis within the rank of what the loop's blocks write: TVM 0.27 crashes the
+        # process (a segfault in RFactor) on an axis out of range, and the sampler applies
+        # statements in-process.
+        for lp in loops:
+            rank = live.rfactor_rank(lp)
+            if rank is not None:
+                axes = _alts(_lit(str(a)) for a in range(rank + 1))
+                r.stmt(f'{_lit(f"rfactor {lp} ")} {axes} {one("rfactor")}')
     if bref:
         r.stmt(f'("compute_inline " | "reverse_compute_inline ") {bref}')
         r.stmt(f'"sample_compute_location " {bref} " " ("-2" | "-1" | UINT) '
@@ -199,8 +213,8 @@ def statement_grammar(live: LiveSchedule, *, postproc_set: str,
     else:
         r.stmt(f'"sample_categorical [" INT (", " INT)* "] " UINT {name}')
     # what is left to the whole-script grammar and to applying it
-    r.add("FALLBACK", "/(" + "|".join(sorted(FALLBACK_OPS, key=len, reverse=True))
-          + r"|@[A-Z][A-Za-z0-9]*)[ (][^\n]*/")
+    r.add("FALLBACK", "/((" + "|".join(sorted(FALLBACK_OPS, key=len, reverse=True))
+          + r") |" + "|".join(f"@{k}\\(" for k in GENERAL_KINDS) + r")[^\n]*/")
     r.stmt("FALLBACK")
     r.stmt(_lit(f"postproc auto {postproc_set}"))
 
