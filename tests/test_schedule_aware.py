@@ -13,7 +13,12 @@ import dragon_dsl
 from codegen.search import sample_traces
 from codegen.workloads import workload
 from dragon_dsl.live import LiveSchedule, apply_script
-from training.constraints import annotation_keys, categorical_lists, expand_ranges
+from training.constraints import (
+    annotation_keys,
+    annotation_values,
+    categorical_lists,
+    expand_ranges,
+)
 from training.sampling import SamplingConfig, sample_schedule_aware, schedule_aware_generate
 from training.statement_grammar import statement_grammar
 from training.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
@@ -50,7 +55,8 @@ def walk(spec: str, target: str, rules: str, n: int) -> int:
         for line in script.splitlines():
             lark = statement_grammar(live, postproc_set=postproc_set(rules),
                                      categorical=categorical_lists(wl, target, rules) or (),
-                                     annotations=annotation_keys(wl, target, rules) or ())
+                                     annotations=annotation_keys(wl, target, rules) or (),
+                                     annotation_values=annotation_values(wl, target, rules))
             assert admits(lark, line + "\n"), f"{spec} {rules}: refused {line!r}\n{script}"
             live.step(line)
             walked += 1

@@ -33,7 +33,7 @@ from dragon_dsl.statements import STATEMENTS
 
 from .layout import canonical_lines, canonical_spacing
 
-__all__ = ["MAX_FACTORS", "annotation_keys", "categorical_lists", "expand_ranges", "kernel_loops",
+__all__ = ["MAX_FACTORS", "annotation_keys", "annotation_values", "categorical_lists", "expand_ranges", "kernel_loops",
            "sampling_grammar", "workload_grammar"]
 
 TILE_LENGTHS = (2, 3, 4, 5)
@@ -83,6 +83,45 @@ def categorical_lists(workload: Any, target: Any = "llvm",
     lists = [tuple(int(v) for v in inst.attrs[0]) for design in space.spaces
              for inst in design.trace.insts if inst.kind.name == "SampleCategorical"]
     return tuple(dict.fromkeys(lists))
+
+
+def annotation_values(workload: Any, target: Any = "llvm",
+                      rules: str | None = None) -> dict[str, tuple[str, ...]] | None:
+    """For each annotation key MetaSchedule's rules write for ``workload`` on ``target``, the
+    values they write, as a script spells them (``32``, ``"SSRSRS"``; ``var`` stands for a
+    sampled variable), read from the design spaces' ``Annotate`` instructions.  Schedule-aware
+    sampling admits only these: an arbitrary ``vectorize=999999`` makes MetaSchedule's own
+    postprocessors exhaust the memory.  None when no design space can be generated."""
+    import json
+
+    import tvm
+
+    from codegen.search import search_space
+    from codegen.targets import default_rules
+    from dragon_dsl.printer import annotation_key_text
+
+    try:
+        space = search_space(workload.mod, target, rules or default_rules(target))
+    except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
+        return None
+    values: dict[str, list[str]] = {}
+    for design in space.spaces:
+        for inst in design.trace.insts:
+            if inst.kind.name != "Annotate":
+                continue
+            value = inst.inputs[1]
+            if isinstance(value, tvm.tirx.Var):
+                text = "var"
+            elif isinstance(value, tvm.tirx.IntImm):
+                text = str(int(value.value))
+            elif isinstance(value, str) or type(value).__name__ == "StringImm":
+                text = json.dumps(str(getattr(value, "value", value)))
+            elif hasattr(value, "__len__"):  # a list of integers (software pipelines)
+                text = "[" + ", ".join(str(int(getattr(v, "value", v))) for v in value) + "]"
+            else:
+                text = "var"
+            values.setdefault(annotation_key_text(str(inst.attrs[0])), []).append(text)
+    return {k: tuple(dict.fromkeys(v)) for k, v in values.items()}
 
 
 def annotation_keys(workload: Any, target: Any = "llvm",

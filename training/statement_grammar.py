@@ -98,14 +98,16 @@ def _names(names: Sequence[str]) -> str:
 
 def statement_grammar(live: LiveSchedule, *, postproc_set: str,
                       categorical: Sequence[Sequence[int]] = (),
-                      annotations: Sequence[str] = ()) -> str:
+                      annotations: Sequence[str] = (),
+                      annotation_values: dict[str, Sequence[str]] | None = None) -> str:
     """One statement line (ending with ``\\n``) that may come next in ``live``'s script.
 
     ``postproc_set``: the target's postprocessor set, which ``postproc auto`` must name.
     ``categorical``: the candidate lists ``sample_categorical`` may draw from (see
     ``training.constraints.categorical_lists``); empty: any list of integers.
     ``annotations``: the keys ``annotate`` may write (``training.constraints.annotation_keys``);
-    empty: any key.
+    empty: any key.  ``annotation_values``: per key, the values it may take
+    (``training.constraints.annotation_values``; ``var`` is any variable in scope).
     """
     if live.postproc_set is not None:
         return 'start: ""'  # the script is complete: nothing may follow
@@ -171,7 +173,15 @@ def statement_grammar(live: LiveSchedule, *, postproc_set: str,
         key = _alts(_lit(k) for k in annotations) if annotations else "(ANNKEY | STRING)"
         if not annotations:
             r.add("ANNKEY", r"/[a-z_][a-z0-9_]*/")
-        r.stmt(f'"annotate " {anyref} " " {key} "=" {value}')
+        if annotation_values:
+            for k, texts in annotation_values.items():
+                options = [_lit(t) for t in texts if t != "var"]
+                if "var" in texts and vref:
+                    options.append(vref)
+                if options:
+                    r.stmt(f'"annotate " {anyref} {_lit(" " + k + "=")} {_alts(options)}')
+        else:
+            r.stmt(f'"annotate " {anyref} " " {key} "=" {value}')
         r.stmt(f'"unannotate " {anyref} " " {key}')
     places = loops + live.locations()
     if bref and places:

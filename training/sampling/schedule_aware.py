@@ -171,7 +171,7 @@ class _Stats:
 class _Decoder:
     def __init__(self, model, tokenizer, workloads: Sequence[Any], target: Any, *,
                  postproc_set: str, categorical: Sequence[Sequence[Sequence[int]]],
-                 annotations: Sequence[Sequence[str]],
+                 annotations: Sequence[Sequence[str]], values: Sequence[dict | None],
                  temperature: float, top_p: float, max_new_tokens: int, stop: str | None,
                  eos: list[int], config: ScheduleAwareConfig) -> None:
         self.model, self.tokenizer = model, tokenizer
@@ -179,6 +179,7 @@ class _Decoder:
         self.postproc_set = postproc_set
         self.categorical = categorical
         self.annotations = annotations
+        self.values = values
         self.temperature, self.top_p = temperature, top_p
         self.max_new_tokens, self.stop = max_new_tokens, stop
         self.eos = eos
@@ -205,7 +206,8 @@ class _Decoder:
         try:
             lark = statement_grammar(row.live, postproc_set=self.postproc_set,
                                      categorical=self.categorical[row_index],
-                                     annotations=self.annotations[row_index])
+                                     annotations=self.annotations[row_index],
+                                     annotation_values=self.values[row_index])
         except Exception as exc:  # noqa: BLE001  a query TVM refuses: narrow nothing this time
             row.error = f"narrowing the next statement failed: {exc}"
             lark = 'start: /[^\n]*/ "\n"'
@@ -461,7 +463,7 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     from codegen.targets import default_rules
     from codegen.targets import postproc_set as target_postproc_set
 
-    from ..constraints import annotation_keys, categorical_lists
+    from ..constraints import annotation_keys, annotation_values, categorical_lists
 
     if len(prompts) != len(workloads):
         raise ValueError(f"Expected one workload per prompt but got {len(prompts)} prompts and "
@@ -471,11 +473,12 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     if categorical is None:
         categorical = [categorical_lists(w, target, rules) or () for w in workloads]
     annotations = [annotation_keys(w, target, rules) or () for w in workloads]
+    values = [annotation_values(w, target, rules) for w in workloads]
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     decoder = _Decoder(model, tokenizer, workloads, target, postproc_set=postproc_set,
-                       categorical=categorical, annotations=annotations,
+                       categorical=categorical, annotations=annotations, values=values,
                        temperature=temperature, top_p=top_p,
                        max_new_tokens=max_new_tokens, stop=stop, eos=eos,
                        config=config or ScheduleAwareConfig())
