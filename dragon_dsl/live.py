@@ -124,8 +124,10 @@ class LiveSchedule:
             self._decoder.lines = [""] * ((stmt.line or 1) - 1) + [source_line]
         try:
             bound = self._apply(stmt)
-        except DragonError as exc:
-            error = exc if isinstance(exc, DslSemanticError) else self._error(stmt, str(exc))
+        except Exception as exc:  # noqa: BLE001  TVM also raises ValueError, TypeError, ...
+            error = exc if isinstance(exc, DslSemanticError) else self._error(
+                stmt, str(exc) if isinstance(exc, DragonError)
+                else f"the workload refuses {stmt.op}: {tvm_message(exc)}")
             self.__dict__.update(backup.__dict__)
             raise error from None
         self._decoder.lines = backup._decoder.lines

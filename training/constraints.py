@@ -33,8 +33,8 @@ from dragon_dsl.statements import STATEMENTS
 
 from .layout import canonical_lines, canonical_spacing
 
-__all__ = ["MAX_FACTORS", "annotation_keys", "annotation_values", "categorical_lists", "expand_ranges", "kernel_loops",
-           "sampling_grammar", "workload_grammar"]
+__all__ = ["MAX_FACTORS", "annotation_keys", "annotation_values", "categorical_lists",
+           "expand_ranges", "kernel_loops", "sampling_grammar", "workload_grammar"]
 
 TILE_LENGTHS = (2, 3, 4, 5)
 _DERIVED = re.compile(r"^[lbv][0-9]+$")

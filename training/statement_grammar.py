@@ -21,7 +21,8 @@ built here from that state.  It admits, in canonical layout:
 Statements MetaSchedule rarely writes before ``postproc`` (``tensorize``, ``transform_layout``,
 ``reindex`` ...) keep their syntax from the whole-script grammar, which the sampler applies at
 the same time (the general form ``@Kind(...)`` is not admitted: MetaSchedule's scripts need it
-only after ``postproc``, and arbitrary instructions can crash TVM in-process); their names and meaning are checked when the statement is
+only after ``postproc``, and arbitrary instructions can crash TVM in-process); their names
+and meaning are checked when the statement is
 applied, and a statement TVM refuses is rolled back and sampled again.  What this grammar
 admits is a subset of ``dragon_dsl.parse``; what it adds to the language's rules are the
 canonical names and layout (the form training data has), nothing a checker would report.
