@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0  # first: a CPU build on local disk, not the CUDA one
-	$(BIN)/pip install -q -e '.[dev,models,training]'
+	$(BIN)/pip install -q -e '.[dev,models,training,data]'
 	touch $(STAMP)
 
 demo: $(STAMP)

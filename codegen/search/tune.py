@@ -1,0 +1,168 @@
+"""MetaSchedule's evolutionary search, with every candidate measured by our own ``Evaluator``.
+
+``tune_tir`` hands candidates to a builder and a runner that see a scheduled module, not the
+schedule; ``search`` drives the same parts itself (a ``TuneContext`` with ``EvolutionarySearch``,
+the cost model, a database), so that each candidate is encoded as a canonical Dragon script and
+measured as a script: parsed, applied, built, verified against the unscheduled kernel and timed
+in isolated workers, with the cache.  Search and the rewards of training then agree on what
+"correct" and "fast" mean: an incorrect kernel is a failed trial for MetaSchedule too.
+
+Each round yields a ``Round``: the candidates' scripts and outcomes.  The tuning records go to a
+MetaSchedule database (``work_dir`` gives TVM's own JSON database, failed candidates with
+MetaSchedule's 1e10 s latency), so a search leaves the logs users already know.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..measure.outcomes import Outcome, Status
+from ..targets import as_module, as_target, default_rules, postproc_set, schedule_rules
+
+__all__ = ["FAILED_RUN_SECS", "Round", "SearchConfig", "cost_model_name", "search"]
+
+# MetaSchedule's latency for a candidate that did not run (AddToDatabase's kMaxMeanTime).
+FAILED_RUN_SECS = 1e10
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """One MetaSchedule search of one workload."""
+
+    trials: int = field(default=64, metadata={
+        "help": "Candidates measured per workload (MetaSchedule's max_trials)."})
+    per_round: int = field(default=16, metadata={
+        "help": "Candidates measured per search round (num_trials_per_iter)."})
+    seed: int = field(default=0, metadata={"help": "Seed of the search."})
+    population: int = field(default=512, metadata={
+        "help": "Population of the evolutionary search (EvolutionarySearch.population_size)."})
+    cost_model: str = field(default="auto", metadata={
+        "help": "'xgb' (MetaSchedule's XGBoost model), 'random', or 'auto' (xgb when the "
+                "xgboost package is installed)."})
+
+    def __post_init__(self) -> None:
+        if self.trials < 1 or self.per_round < 1:
+            raise ValueError(f"Expected trials >= 1 and per_round >= 1 but got "
+                             f"trials={self.trials}, per_round={self.per_round}")
+        if self.cost_model not in ("auto", "xgb", "random"):
+            raise ValueError(f"Expected cost_model 'auto', 'xgb' or 'random' but got "
+                             f"{self.cost_model!r}")
+
+
+@dataclass
+class Round:
+    """One round of search: what was proposed and what our measurement made of it."""
+
+    index: int
+    scripts: list[str | None]        # None: MetaSchedule's trace could not be encoded
+    outcomes: list[Outcome]
+    seconds: float                   # wall time of the round, search and measurement
+
+
+def cost_model_name(requested: str = "auto") -> str:
+    if requested != "auto":
+        return requested
+    try:
+        import xgboost  # noqa: F401
+    except ImportError:
+        return "random"
+    return "xgb"
+
+
+def _runner_result(outcome: Outcome):
+    from tvm.s_tir.meta_schedule.runner import RunnerResult
+
+    if outcome.ok:
+        secs = [float(s) for s in outcome.repeats] or [float(outcome.latency_s or 0.0)]
+        return RunnerResult(run_secs=secs, error_msg=None)
+    return RunnerResult(run_secs=None, error_msg=f"{outcome.status.value}: {outcome.message}"[:500])
+
+
+def _encode(trace, workload, tgt, pp_set: str) -> str | None:
+    import dragon_dsl
+    from dragon_dsl.errors import DragonError
+
+    try:
+        return dragon_dsl.from_trace(trace, postproc="auto", postproc_set=pp_set,
+                                     workload=workload, target=tgt)
+    except DragonError:
+        return None
+
+
+def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | None = None, *,
+           rules: str | None = None, work_dir: str | None = None) -> Iterator[Round]:
+    """Run MetaSchedule's evolutionary search on ``workload``, measuring with ``evaluator``
+    (a ``codegen.measure.Evaluator`` for ``target``); yields each round as it is measured.
+
+    >>> from codegen.measure import Evaluator
+    >>> from codegen.workloads import workload
+    >>> with Evaluator("llvm") as ev:                                  # doctest: +SKIP
+    ...     rounds = list(search(workload("matmul(m=64,n=64,k=64)"), "llvm", ev,
+    ...                          SearchConfig(trials=8, per_round=8)))
+    """
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..targets import import_tensor_intrinsics
+
+    config = config or SearchConfig()
+    import_tensor_intrinsics()
+    mod = as_module(workload)
+    tgt = as_target(target)
+    rules = rules or default_rules(tgt)
+    pp_set = postproc_set(rules)
+    ctx = ms.TuneContext(
+        mod=mod, target=tgt,
+        space_generator=ms.space_generator.PostOrderApply(
+            sch_rules=schedule_rules(rules), postprocs=pp_set, mutator_probs=pp_set),
+        search_strategy=ms.search_strategy.EvolutionarySearch(
+            population_size=config.population),
+        task_name="main", rand_state=config.seed, num_threads=1)
+    if work_dir is not None:
+        database = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
+    else:
+        database = ms.database.MemoryDatabase()
+    cost_model = ms.cost_model.CostModel.create(cost_model_name(config.cost_model),
+                                                num_tuning_cores=1)
+    entry = database.commit_workload(ctx.mod)
+    args_info = ms.arg_info.ArgInfo.from_prim_func(ctx.mod["main"])
+    ctx.pre_tuning(max_trials=config.trials, num_trials_per_iter=config.per_round,
+                   design_spaces=ctx.generate_design_space(), database=database,
+                   cost_model=cost_model)
+    measured, index = 0, 0
+    try:
+        while measured < config.trials:
+            start = time.perf_counter()
+            candidates = ctx.generate_measure_candidates()
+            if not candidates:
+                break
+            candidates = list(candidates)[:config.trials - measured]
+            traces = [c.sch.trace for c in candidates]
+            scripts = [_encode(t, workload, tgt, pp_set) for t in traces]
+            texts = [s for s in scripts if s is not None]
+            measured_texts = iter(evaluator.evaluate(workload, texts) if texts else [])
+            outcomes = [next(measured_texts) if s is not None else
+                        Outcome(Status.APPLY_ERROR, "encode",
+                                "MetaSchedule's trace could not be written as a script")
+                        for s in scripts]
+            results = [_runner_result(o) for o in outcomes]
+            ctx.notify_runner_results(candidates, results)
+            cost_model.update(ctx, candidates, results)
+            for trace, result in zip(traces, results, strict=True):
+                secs = result.run_secs if result.run_secs is not None else [FAILED_RUN_SECS]
+                database.commit_tuning_record(ms.database.TuningRecord(
+                    trace, entry, [float(s) for s in secs], tgt, args_info))
+            measured += len(candidates)
+            yield Round(index, scripts, outcomes, time.perf_counter() - start)
+            index += 1
+    finally:
+        ctx.post_tuning()
+
+
+def best_latency(rounds: list[Round]) -> float:
+    """The lowest verified latency over ``rounds`` (inf when none was correct)."""
+    return min((o.latency_s for r in rounds for o in r.outcomes
+                if o.ok and o.latency_s is not None), default=math.inf)

@@ -1,0 +1,87 @@
+"""Tasks over a Ray cluster (``dragon datagen --ray-address``): one Ray task per workload.
+
+Each Ray worker keeps a ``TaskRunner`` (its Evaluator and measurement workers) across the tasks
+it runs, measuring on its own node's device, or through RPC when the settings name a tracker.
+Ray retries a task whose worker died (``max_retries``) or that raised (``retry_exceptions``);
+a task still failing, or running past its hard limit (it is cancelled), is recorded as failed.
+Results come back to the driver, which alone writes the output directory, so the nodes need no
+shared filesystem.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .pool import failed_result, hard_limit
+from .runner import RunnerSettings, TaskResult
+from .tasks import Task
+
+__all__ = ["RayPool"]
+
+_RUNNER: Any = None  # one TaskRunner per Ray worker process
+
+
+def _run_on_worker(task: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    global _RUNNER
+    from .runner import TaskRunner
+
+    if _RUNNER is None:
+        _RUNNER = TaskRunner(RunnerSettings.from_dict(settings))
+    return _RUNNER.run(Task.from_dict(task)).to_dict()
+
+
+class RayPool:
+    """Tasks on the Ray cluster at ``address`` (``"auto"``, ``"host:port"`` or ``"local"`` for
+    a cluster started in this process), ``cpus_per_task`` CPUs each."""
+
+    def __init__(self, address: str, settings: RunnerSettings, retries: int = 1,
+                 cpus_per_task: float = 1.0) -> None:
+        self.address = address
+        self.settings = settings.to_dict()
+        self.retries = retries
+        self.cpus_per_task = cpus_per_task
+
+    def run(self, tasks: Iterable[Task], on_result: Callable[[Task, TaskResult], None]) -> None:
+        import ray
+
+        started_here = not ray.is_initialized()
+        if started_here:
+            ray.init(address=None if self.address == "local" else self.address,
+                     log_to_driver=False, include_dashboard=False)
+        try:
+            self._run(ray, list(tasks), on_result)
+        finally:
+            if started_here:
+                ray.shutdown()
+
+    def _run(self, ray, tasks: list[Task], on_result) -> None:
+        remote = ray.remote(_run_on_worker).options(
+            num_cpus=self.cpus_per_task, max_retries=self.retries, retry_exceptions=True)
+        capacity = max(1, int(ray.cluster_resources().get("CPU", 1) // self.cpus_per_task))
+        pending = list(reversed(tasks))
+        running: dict[Any, tuple[Task, float]] = {}
+        while pending or running:
+            while pending and len(running) < capacity:
+                task = pending.pop()
+                running[remote.remote(task.to_dict(), self.settings)] = (task, time.monotonic())
+            done, _ = ray.wait(list(running), num_returns=1, timeout=5.0)
+            for ref in done:
+                task, since = running.pop(ref)
+                try:
+                    result = TaskResult.from_dict(ray.get(ref))
+                except Exception as exc:  # noqa: BLE001  Ray gave up after its retries
+                    result = failed_result(task, f"{type(exc).__name__}: {exc}",
+                                           self.retries + 1, time.monotonic() - since)
+                on_result(task, result)
+            now = time.monotonic()
+            for ref, (task, since) in list(running.items()):
+                # Ray's retries restart the clock only as far as we can see: the hard limit
+                # covers every attempt of the task.
+                if now - since > hard_limit(task) * (self.retries + 1):
+                    ray.cancel(ref, force=True)
+                    running.pop(ref)
+                    on_result(task, failed_result(
+                        task, f"cancelled after {now - since:.0f} s (time limit "
+                              f"{task.time_limit_s:g} s)", self.retries + 1, now - since))

@@ -1,0 +1,131 @@
+"""Tasks (one workload searched on one target) and the presets of ``dragon datagen``.
+
+A task's key hashes everything that decides what its search measures (workload, target, rule
+set, search settings), so a rerun with the same command finds the tasks it has already done and
+a changed setting never passes for an old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from codegen.search.tune import SearchConfig
+
+__all__ = ["PRESETS", "Preset", "Task", "family_of", "preset", "tasks_for"]
+
+
+def family_of(spec: str) -> str:
+    """The operator family of a spec (``model`` for model tasks, ``file`` for files)."""
+    head = spec.split("(", 1)[0].strip()
+    return head or "unknown"
+
+
+@dataclass(frozen=True)
+class Task:
+    """Search one workload on one target; ``key`` names its files."""
+
+    workload: str
+    target: Any   # a target dict or tag
+    rules: str
+    search: SearchConfig
+    time_limit_s: float
+
+    @property
+    def key(self) -> str:
+        fields = {"workload": self.workload, "target": self.target, "rules": self.rules,
+                  "search": asdict(self.search)}
+        text = json.dumps(fields, sort_keys=True)
+        return f"{family_of(self.workload)}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workload": self.workload, "target": self.target, "rules": self.rules,
+                "search": asdict(self.search), "time_limit_s": self.time_limit_s}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Task:
+        return cls(data["workload"], data["target"], data["rules"],
+                   SearchConfig(**data["search"]), float(data["time_limit_s"]))
+
+
+# The tiny preset: small llvm kernels of every family the sampler draws, a few of each kind of
+# loop nest; one family and one real model are held out whole for generalisation tests.
+TINY_WORKLOADS: tuple[str, ...] = (
+    "matmul(m=64,n=64,k=64)", "matmul(m=128,n=64,k=32)", "matmul(m=32,n=128,k=64)",
+    "matmul(m=96,n=48,k=64)",
+    "dense(m=64,n=64,k=64)", "dense(m=32,n=96,k=64,bias=1,act=relu)",
+    "dense(m=16,n=128,k=128)",
+    "batch_matmul(b=4,m=32,n=32,k=32)", "batch_matmul(b=2,m=64,n=32,k=16)",
+    "gemv(m=256,k=256)", "gemv(m=128,k=512)",
+    "conv2d(n=1,h=14,w=14,ci=16,co=16)", "conv2d(n=1,h=8,w=8,ci=8,co=16,stride=2)",
+    "depthwise_conv2d(n=1,h=14,w=14,c=16)",
+    "conv1d(n=1,l=32,ci=16,co=16)",
+    "softmax(m=64,n=128)", "softmax(m=32,n=256)",
+    "layer_norm(m=64,n=128)", "rms_norm(m=64,n=128)",
+    "elementwise(m=64,n=128)", 'elementwise(m=128,n=64,ops="add,relu")',
+    "reduce(m=64,n=256)", "reduce(m=32,n=512,op=max)",
+    "transpose(m=64,n=128,k=8)",
+    "pool2d(n=1,c=16,h=16,w=16)",
+    "attention(b=1,heads=2,sq=32,skv=32,d=16)",
+    "model(name=bert,preset=tiny,task=0)", "model(name=bert,preset=tiny,task=1)",
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named datagen setting: which workloads, on which target, with how much search."""
+
+    name: str
+    description: str
+    target: Any
+    search: SearchConfig
+    time_limit_s: float
+    workloads: tuple[str, ...] = ()
+    sample: int = 0                       # draw this many specs from real-model shapes instead
+    holdout_families: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def specs(self, seed: int = 0) -> list[str]:
+        if self.workloads:
+            return list(self.workloads)
+        from codegen.workloads import sample_workloads
+
+        return sample_workloads(self.sample, seed=seed)
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(
+        "tiny", "28 small llvm kernels (17 families and 2 BERT tasks), 24 trials each in 3 "
+                "rounds: about 10 minutes on 2 cores",
+        {"kind": "llvm", "num-cores": 2},
+        SearchConfig(trials=24, per_round=8, population=64), time_limit_s=300.0,
+        workloads=TINY_WORKLOADS, holdout_families=("pool2d",)),
+    "paper": Preset(
+        "paper", "the reference scale: 54,116 workloads drawn from real-model shapes, on CUDA "
+                 "(an H100 by default), 64 trials each in 4 rounds",
+        "nvidia/nvidia-h100",
+        SearchConfig(trials=64, per_round=16), time_limit_s=1800.0,
+        sample=54_116, holdout_families=("conv2d_transpose",)),
+}
+
+
+def preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"Expected a preset from {', '.join(PRESETS)} but got {name!r}")
+    return PRESETS[name]
+
+
+def tasks_for(specs: list[str], target: dict[str, Any], rules: str, search: SearchConfig,
+              time_limit_s: float) -> list[Task]:
+    """One task per distinct workload (specs made canonical), in the given order."""
+    from codegen.workloads import canonical_spec
+
+    seen: set[str] = set()
+    out = []
+    for spec in map(canonical_spec, specs):
+        if spec not in seen:
+            seen.add(spec)
+            out.append(Task(spec, target, rules, search, time_limit_s))
+    return out
