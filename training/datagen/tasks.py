@@ -101,7 +101,8 @@ PRESETS: dict[str, Preset] = {
                 "rounds: about 10 minutes on 2 cores",
         {"kind": "llvm", "num-cores": 2},
         SearchConfig(trials=24, per_round=8, population=64), time_limit_s=300.0,
-        workloads=TINY_WORKLOADS, holdout_families=("pool2d",)),
+        workloads=TINY_WORKLOADS, holdout_families=("pool2d",),
+        extra={"measure": {"repeat": 5, "min_repeat_ms": 10.0}}),
     "paper": Preset(
         "paper", "the reference scale: 54,116 workloads drawn from real-model shapes, on CUDA "
                  "(an H100 by default), 64 trials each in 4 rounds",

@@ -1,0 +1,225 @@
+"""``dragon datagen``: search measured by our Evaluator, records committed per task, a run that
+is killed (``kill -9``) and rerun loses and repeats nothing, failed tasks are recorded, and the
+same run fans out over a real local Ray cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from training.datagen.records import DataError, Record, RecordStore, read_records
+
+DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
+LLVM = '{"kind": "llvm", "num-cores": 2}'
+# Small kernels of three families: a task takes a few seconds.
+SPECS = ("elementwise(m=32,n=64)", "reduce(m=32,n=128)", "softmax(m=16,n=64)")
+FAST = ["--trials", "8", "--per-round", "8", "--population", "32", "--repeat", "2",
+        "--min-repeat-ms", "1", "--records-only", "--quiet", "--target", LLVM]
+
+
+def _command(out: str, *extra: str, specs=SPECS) -> list[str]:
+    cmd = [DRAGON, "datagen", "--out", out, *FAST, *extra]
+    for spec in specs:
+        cmd += ["--workload", spec]
+    return cmd
+
+
+def _run(cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def _committed(out: str) -> dict[str, str]:
+    """Task key -> the text of its records file, for every committed task."""
+    store = RecordStore(out)
+    found = {}
+    for key in store.done():
+        with open(os.path.join(out, "records", f"{key}.jsonl"), encoding="utf-8") as f:
+            found[key] = f.read()
+    return found
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory):
+    """One uninterrupted run: the reference for the resumed one."""
+    out = str(tmp_path_factory.mktemp("clean") / "out")
+    done = _run(_command(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_every_candidate_becomes_a_record(clean_run):
+    store = RecordStore(clean_run)
+    summaries = store.done()
+    assert len(summaries) == len(SPECS)
+    for key, summary in summaries.items():
+        records = store.read(key)
+        assert summary.status == "done" and summary.records == len(records) == 8
+        assert [r.index for r in records] == list(range(8))
+        assert all(r.source == "search" and r.target == "llvm" for r in records)
+        assert all(r.script and r.script.rstrip().endswith("postproc auto llvm")
+                   for r in records), "MetaSchedule's postprocessing is regenerated, not spelled"
+        correct = [r for r in records if r.correct]
+        assert correct and summary.best_latency_s == min(r.latency_s for r in correct)
+        # MetaSchedule's own JSON database sits beside the records: one tuning record each.
+        with open(os.path.join(clean_run, "databases", key, "database_tuning_record.json"),
+                  encoding="utf-8") as f:
+            assert len(f.readlines()) == len(records)
+
+
+def test_records_are_what_the_evaluator_measures(clean_run):
+    """A record's status is the Evaluator's verdict on its script, measured again here."""
+    from codegen.measure import Evaluator, MeasureConfig
+    from codegen.workloads import workload
+
+    store = RecordStore(clean_run)
+    key = sorted(store.done())[0]
+    records = store.read(key)[:3]
+    with Evaluator(json.loads(LLVM), cache=False,
+                   config=MeasureConfig(repeat=1, min_repeat_ms=1)) as ev:
+        outcomes = ev.evaluate(workload(records[0].workload), [r.script for r in records])
+    assert [o.status.value for o in outcomes] == [r.status for r in records]
+
+
+def test_rerun_of_a_finished_run_does_nothing(clean_run):
+    before = _committed(clean_run)
+    again = _run(_command(clean_run))
+    assert again.returncode == 0, again.stderr
+    assert "0 tasks run" in again.stderr and "3 already done" in again.stderr
+    assert _committed(clean_run) == before
+
+
+def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run):
+    out = str(tmp_path / "out")
+    proc = subprocess.Popen(_command(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 300
+    tasks_dir = os.path.join(out, "tasks")
+    while time.monotonic() < deadline:  # kill it after its first commit, mid-run
+        if os.path.isdir(tasks_dir) and any(n.endswith(".json") for n in os.listdir(tasks_dir)):
+            break
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    first = _committed(out)
+    assert 1 <= len(first) < len(SPECS), "killed after the first task, before the last"
+
+    resumed = _run(_command(out))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(first)} already done" in resumed.stderr
+    after = _committed(out)
+    assert set(after) == set(_committed(clean_run))
+    for key, text in first.items():
+        assert after[key] == text, "a committed task was not run again"
+    records = [r for key in after for r in RecordStore(out).read(key)]
+    assert len(records) == 8 * len(SPECS)
+    assert len({(r.workload, r.index) for r in records}) == len(records), "no duplicates"
+    leftovers = [n for d in ("records", "tasks") for n in os.listdir(os.path.join(out, d))
+                 if n.startswith(".tmp")]
+    assert not leftovers or all(not n.endswith((".json", ".jsonl")) for n in leftovers)
+
+
+def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run):
+    out = str(tmp_path / "out")
+    shutil.copytree(clean_run, out)
+    store = RecordStore(out)
+    key = sorted(store.done())[0]
+    path = os.path.join(out, "records", f"{key}.jsonl")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    # A records file cut short under its summary (a disk full, an edited file): named, not used.
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:len(text) // 2])
+    with pytest.raises(DataError, match=rf"{key}\.jsonl:\d+: .*cut short"):
+        store.read(key)
+    # Without its summary a task is not committed, whatever its records file holds: the rerun
+    # runs it again and writes the whole file.
+    store.forget(key)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:len(text) // 2])
+    again = _run(_command(out))
+    assert again.returncode == 0, again.stderr
+    assert len(list(read_records(path))) == 8
+
+
+def test_a_run_with_other_settings_is_refused(clean_run):
+    other = _run(_command(clean_run, "--seed", "7"))
+    assert other.returncode == 2
+    assert "holds a datagen run with other settings" in other.stderr
+
+
+def test_corrupt_record_lines_are_named(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text('{"workload": "matmul()"}\n')
+    with pytest.raises(DataError, match=r"r\.jsonl:1: not a record \(missing field"):
+        list(read_records(str(path)))
+    path.write_text("not json\n")
+    with pytest.raises(DataError, match=r"r\.jsonl:1: not a record"):
+        list(read_records(str(path)))
+
+
+def test_a_failing_task_is_retried_then_recorded_as_failed(tmp_path):
+    """A workload file that is gone when its task runs: the task fails in its process, is
+    retried, and is recorded as failed with the error; the other task's data is written."""
+    from codegen.search.tune import SearchConfig
+    from codegen.workloads import workload
+    from training.datagen.generate import generate
+    from training.datagen.pool import LocalPool
+    from training.datagen.runner import RunnerSettings
+    from training.datagen.tasks import Task, tasks_for
+
+    from codegen.measure import MeasureConfig
+
+    kernel = tmp_path / "k.py"
+    kernel.write_text(workload("elementwise(m=16,n=16)").mod.script())
+    search = SearchConfig(trials=8, per_round=8, population=32)
+    tasks = tasks_for([SPECS[0]], json.loads(LLVM), "llvm", search, 120)
+    tasks.append(Task(f"file(path={kernel})", json.loads(LLVM), "llvm", search, 120))
+    kernel.unlink()
+    pool = LocalPool(1, RunnerSettings(MeasureConfig(repeat=1, min_repeat_ms=1),
+                                       cache=str(tmp_path / "c.sqlite")), retries=1)
+    report = generate(tasks, str(tmp_path / "out"), pool, progress=False)
+    assert (report.ran, report.failed) == (2, 1)
+    failed = RecordStore(str(tmp_path / "out")).done()[tasks[1].key]
+    assert failed.status == "failed" and failed.attempts == 2
+    assert "k.py" in failed.error
+
+
+def test_record_round_trip():
+    record = Record(workload="matmul()", workload_id="0" * 16, family="matmul", target="llvm",
+                    target_json=LLVM, device="cpu", rules="llvm", source="search", round=0,
+                    index=0, script=None, status="build_error", message="x")
+    assert Record.from_dict(json.loads(record.to_json())) == record
+    with pytest.raises(ValueError, match="positive latency"):
+        Record.from_dict({**json.loads(record.to_json()), "status": "correct"})
+
+
+@pytest.mark.slow
+def test_ray_cluster_runs_the_tasks(tmp_path, clean_run):
+    """A real local Ray cluster, started here: the same tasks, the same records."""
+    ray = os.path.join(os.path.dirname(sys.executable), "ray")
+    port = "6391"
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    started = subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2",
+                              "--include-dashboard=false", "--disable-usage-stats"],
+                             capture_output=True, text=True, timeout=180, env=env)
+    assert started.returncode == 0, started.stderr
+    try:
+        out = str(tmp_path / "out")
+        done = subprocess.run(_command(out, "--ray-address", f"127.0.0.1:{port}"),
+                              capture_output=True, text=True, timeout=900, env=env)
+        assert done.returncode == 0, done.stderr
+        store = RecordStore(out)
+        summaries = store.done()
+        assert set(summaries) == set(_committed(clean_run))
+        assert all(s.status == "done" and s.records == 8 for s in summaries.values())
+        assert len({s.worker for s in summaries.values()}) >= 1
+    finally:
+        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120, env=env)

@@ -1,0 +1,217 @@
+"""``dragon datagen --out DIR``: training data from MetaSchedule search.
+
+    dragon datagen --preset tiny --out data/tiny
+    dragon datagen --workload 'matmul(m=512,n=512,k=512)' --trials 64 --out data/mm
+    dragon datagen --preset paper --out data/paper --ray-address auto
+    dragon datagen --from-database tune_logs/ --out data/imported
+
+Every candidate MetaSchedule measures goes through ``codegen.measure`` (isolated workers,
+verified against the unscheduled kernel, timed, cached in ``DIR/cache.sqlite``) and becomes a
+record; the construction and refinement datasets and their card are then built from the
+records.  Rerunning the same command continues a run that was stopped.  Exit codes
+(``ExitCode``): 0 done, 1 some task failed (recorded; the data of the others is written),
+2 usage errors (a DIR that holds another run, a bad spec).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Any
+
+from dragon_dsl.cli_kit import (
+    ExitCode,
+    UsageError,
+    examples,
+)
+
+__all__ = ["register"]
+
+_MEASURE_FLAGS = ("repeat", "min_repeat_ms", "build_timeout_s", "run_timeout_s")
+_SEARCH_FLAGS = ("trials", "per_round", "population", "cost_model", "seed")
+
+
+def _tasks(args) -> tuple[list, dict[str, Any], Any]:
+    """The run's tasks, the settings that define the run, and its preset."""
+    from codegen.search.tune import SearchConfig
+    from codegen.targets import as_target, default_rules, target_dict
+
+    from ..datagen.tasks import PRESETS, tasks_for
+
+    chosen = PRESETS[args.preset] if args.preset else None
+    search_defaults = dataclasses.asdict(chosen.search if chosen else SearchConfig())
+    overrides = {name: getattr(args, name) for name in _SEARCH_FLAGS
+                 if getattr(args, name) is not None}
+    try:
+        search = SearchConfig(**{**search_defaults, **overrides})
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    target = args.target or (chosen.target if chosen else {"kind": "llvm", "num-cores": 2})
+    try:
+        tgt = as_target(target)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    rules = args.rules or default_rules(tgt)
+    if args.workload:
+        specs = list(args.workload)
+    elif args.sample:
+        from codegen.workloads import sample_workloads
+
+        specs = sample_workloads(args.sample, seed=args.workload_seed)
+    elif chosen:
+        specs = chosen.specs(seed=args.workload_seed)
+    else:
+        raise UsageError("name the workloads: --preset, --workload SPEC or --sample N")
+    if args.limit:
+        specs = specs[:args.limit]
+    time_limit = args.time_limit_s or (chosen.time_limit_s if chosen else 1800.0)
+    try:
+        tasks = tasks_for(specs, target, rules, search, time_limit)
+    except ValueError as exc:  # WorkloadError
+        raise UsageError(str(exc)) from None
+    settings = {"preset": args.preset, "target": target_dict(tgt), "rules": rules,
+                "search": dataclasses.asdict(search), "time_limit_s": time_limit}
+    return tasks, settings, chosen
+
+
+def _measure_config(args, chosen):
+    from codegen.measure import MeasureConfig
+
+    defaults = dict(chosen.extra.get("measure", {})) if chosen else {}
+    values = {name: getattr(args, name) for name in _MEASURE_FLAGS
+              if getattr(args, name) is not None}
+    try:
+        return MeasureConfig(**{**defaults, **values})
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _pool(args, settings):
+    from ..datagen.pool import LocalPool
+    from ..datagen.ray_pool import RayPool
+
+    if args.workers < 1:
+        raise UsageError(f"Expected --workers >= 1 but got --workers {args.workers}")
+    if args.ray_address:
+        return RayPool(args.ray_address, settings, retries=args.retries,
+                       cpus_per_task=args.cpus_per_task)
+    return LocalPool(args.workers, settings, retries=args.retries)
+
+
+def cmd_datagen(args) -> int:
+    from ..datagen.generate import generate
+    from ..datagen.records import DataError
+    from ..datagen.runner import RunnerSettings
+
+    out = args.out
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise UsageError(f"{out} exists and is not a directory")
+    if args.from_database:
+        return _from_database(args)
+    tasks, settings, chosen = _tasks(args)
+    measure = _measure_config(args, chosen)
+    settings["measure"] = measure.fingerprint()
+    builders = args.builders or max(1, (os.cpu_count() or 1) // max(1, args.workers))
+    runner = RunnerSettings(measure, builders=builders,
+                            cache=os.path.join(os.path.abspath(out), "cache.sqlite"))
+    pool = _pool(args, runner)
+    print(f"datagen: {len(tasks)} workloads on {settings['target']['kind']} "
+          f"({settings['rules']} rules), {settings['search']['trials']} trials each -> {out}",
+          file=sys.stderr)
+    try:
+        report = generate(tasks, out, pool, settings=settings, retry_failed=args.retry_failed,
+                          progress=not args.quiet)
+    except DataError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"datagen: {report.ran} tasks run ({report.failed} failed), {report.skipped} already "
+          f"done; {report.records} candidates measured ({report.correct} correct) in "
+          f"{report.seconds:.0f} s", file=sys.stderr)
+    status = ExitCode.FINDINGS if report.failed else ExitCode.OK
+    if not args.records_only:
+        _build(args, out)
+    return status
+
+
+def _build(args, out: str) -> None:
+    from ..datagen.build import build_datasets
+
+    summary = build_datasets(out, progress=not args.quiet)
+    print(summary, file=sys.stderr)
+
+
+def _from_database(args) -> int:
+    raise UsageError("--from-database is not wired yet")
+
+
+def register(subparsers) -> None:
+    """Add ``dragon datagen`` (the ``dragon.commands`` entry point)."""
+    from codegen.measure import MeasureConfig
+    from codegen.search.tune import SearchConfig
+
+    from ..datagen.tasks import PRESETS
+
+    p = subparsers.add_parser(
+        "datagen", help="build training data from MetaSchedule search",
+        description="Search workloads with MetaSchedule (evolutionary search, XGBoost cost "
+                    "model), measuring every candidate with our verified measurement; write "
+                    "the records, then construction and refinement datasets (Hugging Face "
+                    "datasets) with their card.  Rerun the same command to continue a run.",
+        **examples("dragon datagen --preset tiny --out data/tiny",
+                   "dragon datagen --workload 'matmul(m=512,n=512,k=512)' --trials 64 "
+                   "--out data/mm",
+                   "dragon datagen --preset paper --out data/paper --ray-address auto",
+                   "dragon datagen --from-database tune_logs/ --out data/imported"))
+    p.add_argument("--out", required=True, metavar="DIR", help="where records, datasets and "
+                   "the card go; rerunning with the same DIR continues the run")
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="; ".join(f"{k}: {v.description}" for k, v in PRESETS.items()))
+    p.add_argument("--workload", action="append", metavar="SPEC",
+                   help="a workload to search (repeatable; instead of the preset's)")
+    p.add_argument("--sample", type=int, metavar="N",
+                   help="search N workloads drawn from real-model shapes")
+    p.add_argument("--workload-seed", type=int, default=0,
+                   help="seed of the drawn workloads (default: 0)")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N workloads")
+    p.add_argument("--target", help="a target tag or JSON (default: the preset's, else llvm)")
+    p.add_argument("--rules", help="the MetaSchedule rule set (default: the target's)")
+    p.add_argument("--time-limit-s", type=float,
+                   help="seconds of search per workload; the round in progress finishes "
+                        "(default: the preset's, else 1800)")
+    search_defaults = {f.name: f.default for f in dataclasses.fields(SearchConfig)}
+    for f in dataclasses.fields(SearchConfig):
+        p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None,
+                       type=type(search_defaults[f.name]),
+                       help=f"{f.metadata['help']} (default: the preset's, else "
+                            f"{search_defaults[f.name]})")
+    measure_defaults = {f.name: f.default for f in dataclasses.fields(MeasureConfig)}
+    for name in _MEASURE_FLAGS:
+        field = next(f for f in dataclasses.fields(MeasureConfig) if f.name == name)
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
+                       type=type(measure_defaults[name]),
+                       help=f"{field.metadata['help']} (default: the preset's, else "
+                            f"{measure_defaults[name]})")
+    p.add_argument("--workers", type=int, default=1,
+                   help="tasks run at once on this machine (default: 1)")
+    p.add_argument("--builders", type=int,
+                   help="build processes per worker (default: cores / workers)")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="run the tasks on a Ray cluster ('auto', 'HOST:PORT', or 'local' to "
+                        "start one here) instead of local workers")
+    p.add_argument("--cpus-per-task", type=float, default=1.0,
+                   help="Ray CPUs each task reserves (default: 1)")
+    p.add_argument("--retries", type=int, default=1,
+                   help="times a crashed or overrunning task is retried before it is recorded "
+                        "as failed (default: 1)")
+    p.add_argument("--retry-failed", action="store_true",
+                   help="run again the tasks an earlier run recorded as failed")
+    p.add_argument("--records-only", action="store_true",
+                   help="measure and record; do not build the datasets")
+    p.add_argument("--from-database", metavar="DIR",
+                   help="import a MetaSchedule JSON database (tune_tir's work_dir) instead of "
+                        "searching")
+    p.add_argument("--as-is", action="store_true",
+                   help="with --from-database: take the database's latencies as they are "
+                        "(unverified) instead of measuring every script again")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_datagen)

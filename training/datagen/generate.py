@@ -1,0 +1,117 @@
+"""The driver of ``dragon datagen``: tasks in, committed records out, resumable.
+
+``generate`` writes ``OUT/datagen.json`` (the run's settings and its task list) on the first
+run and refuses an ``OUT`` that holds a different run; then it runs every task without a
+committed summary on a pool (``LocalPool`` or ``RayPool``) and commits each result as it
+arrives: MetaSchedule's JSON database files, the records, then the summary (see
+``records.RecordStore``).  A run killed at any moment, ``kill -9`` included, continues when
+rerun with the same command: committed tasks are not run again, and a task cut short left no
+summary, so it runs again from the start (its measurements come back from the run's own cache).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .records import DataError, RecordStore, TaskSummary, write_atomically
+from .runner import TaskResult
+from .tasks import Task
+
+__all__ = ["MANIFEST", "RunReport", "check_manifest", "generate"]
+
+MANIFEST = "datagen.json"
+MANIFEST_VERSION = 1
+
+
+@dataclass
+class RunReport:
+    """What one invocation did."""
+
+    tasks: int = 0                 # in the run's task list
+    skipped: int = 0               # already committed
+    ran: int = 0
+    failed: int = 0
+    records: int = 0               # committed by this invocation
+    correct: int = 0
+    seconds: float = 0.0
+    summaries: list[TaskSummary] = field(default_factory=list)
+
+    @property
+    def candidates_per_second(self) -> float:
+        return self.records / self.seconds if self.seconds else 0.0
+
+
+def check_manifest(out: str, settings: dict[str, Any], tasks: list[Task]) -> None:
+    """Write ``OUT/datagen.json``, or check that the one there describes the same run."""
+    path = os.path.join(out, MANIFEST)
+    wanted = {"version": MANIFEST_VERSION, "settings": settings,
+              "tasks": [t.key for t in tasks]}
+    if os.path.exists(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                found = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{path}: not a datagen manifest ({exc})") from None
+        if found != json.loads(json.dumps(wanted)):
+            changed = sorted(k for k in ("version", "settings", "tasks")
+                             if found.get(k) != json.loads(json.dumps(wanted[k])))
+            raise DataError(f"{out} holds a datagen run with other {' and '.join(changed)} "
+                            f"({path}); rerun with the same command to continue it, or choose "
+                            f"another --out")
+        return
+    write_atomically(path, json.dumps(wanted, indent=1, sort_keys=True) + "\n")
+
+
+def _commit(store: RecordStore, result: TaskResult) -> None:
+    folder = os.path.join(store.root, "databases", result.summary.key)
+    for name, text in result.database.items():
+        write_atomically(os.path.join(folder, name), text)
+    store.commit(result.summary, result.records)
+
+
+def generate(tasks: list[Task], out: str, pool: Any, *, settings: dict[str, Any] | None = None,
+             retry_failed: bool = False, progress: bool = True,
+             on_task: Callable[[TaskSummary], None] | None = None) -> RunReport:
+    """Run the tasks of ``tasks`` not yet committed in ``out`` on ``pool`` and commit them."""
+    from tqdm.auto import tqdm
+
+    os.makedirs(out, exist_ok=True)
+    check_manifest(out, settings or {}, tasks)
+    store = RecordStore(out)
+    done = store.done()
+    todo = [t for t in tasks if t.key not in done
+            or (retry_failed and done[t.key].status == "failed")]
+    report = RunReport(tasks=len(tasks), skipped=len(tasks) - len(todo))
+    if not todo:
+        return report
+    start = time.perf_counter()
+    bar = tqdm(total=len(todo), unit="task", desc="datagen", disable=not progress,
+               file=sys.stderr, dynamic_ncols=True)
+
+    def on_result(task: Task, result: TaskResult) -> None:
+        _commit(store, result)
+        summary = result.summary
+        report.ran += 1
+        report.failed += summary.status == "failed"
+        report.records += len(result.records)
+        report.correct += summary.correct
+        report.summaries.append(summary)
+        elapsed = time.perf_counter() - start
+        bar.set_postfix(records=report.records, correct=report.correct, failed=report.failed,
+                        cand_per_s=f"{report.records / elapsed:.2f}", refresh=False)
+        bar.update(1)
+        if on_task is not None:
+            on_task(summary)
+
+    try:
+        pool.run(todo, on_result)
+    finally:
+        bar.close()
+        report.seconds = time.perf_counter() - start
+    return report
