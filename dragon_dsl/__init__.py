@@ -5,7 +5,17 @@
 'loops C -> i, j\\n'
 """
 
-from .api import Diagnostic, Encoded, check, encode, format, from_trace, to_schedule, to_trace
+from .api import (
+    Diagnostic,
+    Encoded,
+    check,
+    encode,
+    format,
+    from_trace,
+    to_schedule,
+    to_trace,
+    to_tvm_json,
+)
 from .ast import Program, Stmt
 from .errors import (
     DragonError,
@@ -17,7 +27,7 @@ from .errors import (
 )
 from .limits import DEFAULT_LIMITS, Limits
 from .parser import parse
-from .tvm_bridge import trace_json
+from .tvm_bridge import trace_json, tvm_json
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -39,5 +49,7 @@ __all__ = [
     "parse",
     "to_schedule",
     "to_trace",
+    "to_tvm_json",
     "trace_json",
+    "tvm_json",
 ]

@@ -14,7 +14,7 @@ from .printer import format_program
 from .tvm_bridge import Inst, insts_from_json, insts_from_trace, trace_from_insts
 
 __all__ = ["Diagnostic", "Encoded", "NeedsWorkload", "check", "encode", "format", "from_trace",
-           "infer_postproc_set", "parse", "to_schedule", "to_trace"]
+           "infer_postproc_set", "parse", "to_schedule", "to_trace", "to_tvm_json"]
 
 
 def format(text_or_program: str | bytes | Program, *,  # noqa: A001  (the API's name)
@@ -128,10 +128,9 @@ def encode(trace, *, postproc: str = "explicit", postproc_set: str | None = None
             return Encoded(text, "trusted")
         return explicit("the post-processing was kept explicit: checking that `postproc "
                         "auto` gives it back needs the workload and the target")
-    from .replay import plain_json
-    from .tvm_bridge import trace_json
+    from .tvm_bridge import trace_json, tvm_json
 
-    as_json = trace_json if typed else (lambda t: plain_json(t.as_json()))
+    as_json = trace_json if typed else tvm_json
     expected = list(trace) if isinstance(trace, list | tuple) else as_json(trace)
     try:
         if as_json(to_trace(text, workload=workload, target=target)) == expected:
@@ -217,6 +216,23 @@ def to_trace(text: str | bytes | Program, *, workload: Any = None, target: Any =
 
     apply_insts(decoded.insts, trace, workload, program.source)
     return regenerate_postproc(trace, workload, target, decoded.postproc_set)
+
+
+def to_tvm_json(text: str | bytes | Program, *, workload: Any = None, target: Any = None,
+                limits: Limits | None = None):
+    """Decode a script into TVM's own trace JSON (``tvm_bridge.tvm_json``): what
+    ``Trace.as_json()`` gives, with plain numbers, ready for ``json.dump``; what
+    ``Trace.apply_json_to_schedule`` reads and a MetaSchedule JSON database record holds.
+
+    ``workload`` and ``target`` are needed only for ``postproc auto``.  TVM's JSON records no
+    types; ``trace_json(to_trace(...))`` is the typed form.
+
+    >>> to_tvm_json('block "C" -> C')
+    [[['GetSBlock', [], ['C', 'main'], ['b0']]], []]
+    """
+    from .tvm_bridge import tvm_json
+
+    return tvm_json(to_trace(text, workload=workload, target=target, limits=limits))
 
 
 def to_schedule(text: str | bytes | Program, *, workload: Any, target: Any = "llvm",

@@ -241,8 +241,14 @@ def _load_json(text: str, limits: Limits):
 
 
 def _typed(data) -> bool:
-    """Whether trace JSON is the typed form ``dragon decode`` writes: sampled traces always
-    hold ``{"IntImm": ...}`` objects there, and TVM's own JSON never holds any object."""
+    """Whether trace JSON can be read without a workload: the typed form ``dragon decode
+    --typed`` writes (sampled traces always hold ``{"IntImm": ...}`` objects there, and TVM's
+    own JSON never holds any object), a trace with no numbers (both forms write it alike), or
+    something that is no trace at all (reported as such)."""
+    if not (isinstance(data, list) and len(data) == 2
+            and all(isinstance(part, list) for part in data)):
+        return True
+    numbers = False
     stack = [data]
     while stack:
         value = stack.pop()
@@ -250,13 +256,16 @@ def _typed(data) -> bool:
             return True
         if isinstance(value, list):
             stack.extend(value)
-    return False
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            numbers = True
+    return not numbers
 
 
 def cmd_encode(args) -> int:
     from .api import encode
     from .errors import DragonError
     from .replay import replay_tvm_json
+    from .tvm_bridge import insts_from_json
 
     limits = _limits(args)
     name = _name(args.trace)
@@ -265,7 +274,19 @@ def cmd_encode(args) -> int:
     target = _target(args.target)
     try:
         data = _load_json(text, limits)
-        typed = wl is None or _typed(data)
+        typed = _typed(data)
+        if not typed and wl is None:
+            insts_from_json(data)  # a malformed trace is reported as such, in either form
+    except DragonError as exc:
+        print(_located(name, exc), file=sys.stderr)
+        return ExitCode.FINDINGS
+    if not typed and wl is None:
+        # TVM gives its JSON types only by replaying it on a schedule of the workload.
+        raise UsageError(f"{name} is TVM's own trace JSON, which records no types (an IntImm "
+                         "and a plain int are both a number): pass --workload, on which TVM's "
+                         "replay restores them (or encode the typed form, `dragon decode "
+                         "--typed`)")
+    try:
         trace = data if typed else replay_tvm_json(data, wl)
         encoded = encode(trace, postproc=args.postproc, postproc_set=args.postproc_set,
                          workload=wl, target=target, typed=typed)
@@ -281,7 +302,7 @@ def cmd_encode(args) -> int:
 def cmd_decode(args) -> int:
     from .api import NeedsWorkload, to_trace
     from .errors import DragonError
-    from .tvm_bridge import trace_json
+    from .tvm_bridge import trace_json, tvm_json
 
     limits = _limits(args)
     name = _name(args.script)
@@ -297,7 +318,8 @@ def cmd_decode(args) -> int:
     except DragonError as exc:
         print(_located(name, exc), file=sys.stderr)
         return ExitCode.FINDINGS
-    json.dump(trace_json(trace), sys.stdout, indent=None if args.compact else 1)
+    as_json = trace_json if args.typed else tvm_json
+    json.dump(as_json(trace), sys.stdout, indent=None if args.compact else 1)
     sys.stdout.write("\n")
     return ExitCode.OK
 
@@ -357,18 +379,21 @@ def build_parser(*, plugins: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_fmt)
 
     p = _sub(sub, "encode", help="trace JSON to a script",
-             description="Trace JSON to a script: the typed form 'dragon decode' writes, or "
-                         "with --workload TVM's own (a MetaSchedule database's), which must "
-                         "replay exactly on the workload.  --postproc auto writes 'postproc "
-                         "auto SET' only where regenerating the post-processing for --workload "
-                         "and --target gives it back exactly; otherwise it stays explicit and a "
-                         "note on stderr says why.",
-             examples=["dragon encode trace.json",
-                       "dragon encode db_trace.json --workload 'matmul(m=128,n=128,k=128)' "
+             description="Trace JSON to a script.  Either form is read, without being told "
+                         "which: TVM's own ('dragon decode' by default, Trace.as_json(), a "
+                         "MetaSchedule database record's trace), which records no types and so "
+                         "needs --workload (TVM's replay on it restores them, and must be "
+                         "exact); or the typed form ('dragon decode --typed'), which needs "
+                         "nothing.  --postproc auto writes 'postproc auto SET' only where "
+                         "regenerating the post-processing for --workload and --target gives "
+                         "it back exactly; otherwise it stays explicit and a note on stderr "
+                         "says why.",
+             examples=["dragon encode typed.json",
+                       "dragon encode trace.json --workload 'matmul(m=128,n=128,k=128)' "
                        "--target llvm --postproc auto"])
     p.add_argument("trace", metavar="TRACE.json")
     p.add_argument("--workload", help="the trace's workload: names loops after it, checks that "
-                   "the trace replays exactly, and reads TVM's untyped trace JSON")
+                   "the trace replays exactly; needed for TVM's own (untyped) trace JSON")
     p.add_argument("--target", help="target, to verify --postproc auto")
     p.add_argument("--postproc", choices=["explicit", "auto"], default="explicit",
                    help="write the post-processing instruction by instruction, or as "
@@ -379,14 +404,20 @@ def build_parser(*, plugins: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_encode)
 
     p = _sub(sub, "decode", help="script to TVM trace JSON",
-             description="Decode a script into the exact TVM trace it stands for, as typed "
-                         "JSON ('dragon encode' reads it back).",
+             description="Decode a script into the exact TVM trace it stands for, as TVM's own "
+                         "JSON (Trace.as_json(), what Trace.apply_json_to_schedule reads and a "
+                         "MetaSchedule database record holds), or with --typed as the typed "
+                         "form, which keeps every value's TVM type.  'dragon encode' reads "
+                         "both.",
              examples=["dragon decode script.dragon > trace.json",
+                       "dragon decode script.dragon --typed > typed.json",
                        "dragon decode script.dragon --workload 'matmul(m=128,n=128,k=128)' "
                        "--target llvm --compact"])
     p.add_argument("script", metavar="SCRIPT")
     p.add_argument("--workload", help="workload spec (needed for 'postproc auto')")
     p.add_argument("--target", help="target (needed for 'postproc auto')")
+    p.add_argument("--typed", action="store_true", help="write the typed form "
+                   '({"IntImm": [dtype, value]} and friends) instead of TVM\'s JSON')
     p.add_argument("--compact", action="store_true", help="one-line JSON")
     add_config_arguments(p, Limits, only=_INPUT_LIMITS)
     p.set_defaults(func=cmd_decode)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import DragonError, DslSemanticError, TraceError
-from .tvm_bridge import Inst, value_from_tvm
+from .tvm_bridge import Inst, plain_json, value_from_tvm
 from .tvm_support import as_module, as_target, import_tensor_intrinsics, tvm_message
 
 __all__ = ["apply_insts", "loop_names_of", "plain_json", "regenerate_postproc",
@@ -188,17 +188,6 @@ def replay_tvm_json(data, workload: Any):
                 f"{given.get(index)} does not fit, and TVM would replace it by {decision} "
                 "(is this the trace's workload?)")
     return sch.trace
-
-
-def plain_json(value):
-    """TVM's trace JSON as plain Python (IntImm and FloatImm as their values)."""
-    if isinstance(value, str | bool | int | float) or value is None:
-        return value
-    if hasattr(value, "items"):
-        return {str(k): plain_json(v) for k, v in value.items()}
-    if hasattr(value, "value"):
-        return value.value
-    return [plain_json(v) for v in value]
 
 
 def _check_count(sch, parent_rv, inst: Inst, lines: list[str]) -> None:

@@ -21,8 +21,10 @@ __all__ = [
     "OUTPUT_TYPES",
     "insts_from_json",
     "insts_from_trace",
+    "plain_json",
     "trace_from_insts",
     "trace_json",
+    "tvm_json",
 ]
 
 # Every schedule instruction kind TVM 0.27 registers (tests check this against TVM).
@@ -324,6 +326,54 @@ def trace_json(trace, remove_postproc: bool = False):
 
     # The FFI call, not Trace.as_json: the latter already turns IndexMaps into graph strings.
     return _jsonable(_ffi_api.TraceAsJSON(trace, remove_postproc))
+
+
+# ---- TVM's own JSON --------------------------------------------------------------------
+
+def tvm_json(trace, remove_postproc: bool = False):
+    """TVM's own JSON of a trace, as a file holds it: ``Trace.as_json()`` with IntImm and
+    FloatImm as plain numbers (a bool IntImm as a JSON boolean), which
+    ``Trace.apply_json_to_schedule`` reads and a MetaSchedule JSON database record holds.
+    It records no types: TVM's replay on a schedule of the workload restores them.  Index maps
+    are JSON graphs written as trees, as in ``trace_json``; for a trace decoded from a script
+    that is exactly ``Trace.as_json()``.
+
+    >>> from tvm.s_tir.schedule import Instruction, InstructionKind, Trace
+    >>> tvm_json(Trace([Instruction(InstructionKind.get("EnterPostproc"), [], [], [])], {}))
+    [[['EnterPostproc', [], [], []]], []]
+    """
+    from tvm.s_tir.schedule import _ffi_api
+
+    return _plain_ffi(_ffi_api.TraceAsJSON(trace, remove_postproc))
+
+
+def _plain_ffi(obj):
+    tvm, _, _ = _tvm()
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return str(obj) if isinstance(obj, str) else obj
+    if isinstance(obj, tvm.tirx.IntImm):
+        return bool(obj.value) if str(obj.ty) == "bool" else int(obj.value)
+    if isinstance(obj, tvm.tirx.FloatImm):
+        return float(obj.value)
+    if isinstance(obj, tvm.tirx.IndexMap):
+        return _tree_index_map_json(obj)
+    if isinstance(obj, tvm.ir.Map | dict):
+        return {str(k): _plain_ffi(v) for k, v in obj.items()}
+    if isinstance(obj, tvm.ir.Array | list | tuple):
+        return [_plain_ffi(v) for v in obj]
+    raise TypeError(f"TVM's trace JSON cannot hold a {type(obj).__name__}")
+
+
+def plain_json(value):
+    """TVM's trace JSON (``Trace.as_json()``) as plain Python: IntImm and FloatImm as their
+    values, a bool IntImm as a bool."""
+    if isinstance(value, str | bool | int | float) or value is None:
+        return str(value) if isinstance(value, str) else value
+    if hasattr(value, "items"):
+        return {str(k): plain_json(v) for k, v in value.items()}
+    if hasattr(value, "value"):
+        return bool(value.value) if str(getattr(value, "ty", "")) == "bool" else value.value
+    return [plain_json(v) for v in value]
 
 
 def _json_imm(kind: str, form: str, body) -> Imm:

@@ -72,7 +72,7 @@ def test_encode_decode_round_trip(tmp_path):
     script = PAIR.with_suffix(".dragon").read_text()
     encoded = run(["encode", str(PAIR.with_suffix(".trace.json"))])
     assert encoded.returncode == 0 and encoded.stdout == script
-    decoded = run(["decode", "-"], stdin=script)
+    decoded = run(["decode", "--typed", "-"], stdin=script)
     assert decoded.returncode == 0
     assert json.loads(decoded.stdout) == json.loads(PAIR.with_suffix(".trace.json").read_text())
 
@@ -158,7 +158,7 @@ def test_encode_postproc_auto_keeps_edited_postprocessing(tmp_path, capsys, monk
         code, out, err = dragon(["encode", path, "--postproc", "auto", *flags], capsys)
         assert code == 0, err
         assert "postproc auto" not in out and "kept explicit" in err
-        code, decoded, _ = dragon(["decode", "-"], capsys, out, monkeypatch)
+        code, decoded, _ = dragon(["decode", "--typed", "-"], capsys, out, monkeypatch)
         assert code == 0 and json.loads(decoded) == data
     code, out, err = dragon(["encode", PAIR_LLVM.with_suffix(".trace.json"), "--postproc", "auto",
                              "--workload", MATMUL, "--target", "llvm"], capsys)
@@ -202,6 +202,34 @@ def test_encode_refuses_an_unknown_instruction_kind(tmp_path, capsys):
     code, out, err = dragon(["encode", path], capsys)
     assert code == 1 and not out
     assert "instruction 2: unknown instruction kind 'NoSuchKind'" in err
+
+
+def test_decode_writes_tvm_json_and_encode_reads_both_forms(tmp_path, capsys, monkeypatch):
+    """By default ``decode`` writes TVM's own JSON (Trace.as_json(), which TVM applies), with
+    --typed the typed form; ``encode`` tells them apart, and TVM's needs --workload."""
+    import dragon_dsl
+
+    script = PAIR_LLVM.with_suffix(".dragon").read_text()
+    typed = json.loads(PAIR_LLVM.with_suffix(".trace.json").read_text())
+    code, out, _ = dragon(["decode", "-"], capsys, script, monkeypatch)
+    tvm_form = json.loads(out)
+    assert code == 0 and tvm_form == dragon_dsl.tvm_json(dragon_dsl.to_trace(script))
+    assert "IntImm" not in out and tvm_form != typed
+    code, out, _ = dragon(["decode", "--typed", "-"], capsys, script, monkeypatch)
+    assert code == 0 and json.loads(out) == typed
+    tvm_path, typed_path = tmp_path / "trace.json", tmp_path / "typed.json"
+    tvm_path.write_text(json.dumps(tvm_form))
+    typed_path.write_text(json.dumps(typed))
+    code, out, _ = dragon(["encode", typed_path], capsys)
+    assert code == 0 and out == script
+    code, out, err = dragon(["encode", tvm_path], capsys)
+    assert code == 2 and not out and "TVM's own trace JSON" in err and "--workload" in err
+    code, out, err = dragon(["encode", tvm_path, "--workload", MATMUL, "--target", "llvm",
+                             "--postproc", "auto"], capsys)
+    assert code == 0 and out.endswith("postproc auto llvm\n") and not err
+    code, decoded, _ = dragon(["decode", "-", "--workload", MATMUL, "--target", "llvm"],
+                              capsys, out, monkeypatch)
+    assert code == 0 and json.loads(decoded) == tvm_form
 
 
 def test_check_without_workload_is_fast():
