@@ -19,7 +19,7 @@ from training.datagen.records import DataError, Record, RecordStore, read_record
 DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
 LLVM = '{"kind": "llvm", "num-cores": 2}'
 # Small kernels of three families: a task takes a few seconds.
-SPECS = ("elementwise(m=32,n=64)", "reduce(m=32,n=128)", "softmax(m=16,n=64)")
+SPECS = ("matmul(m=32,n=32,k=16)", "reduce(m=32,n=128)", "softmax(m=16,n=64)")
 FAST = ["--trials", "8", "--per-round", "8", "--population", "32", "--repeat", "2",
         "--min-repeat-ms", "1", "--records-only", "--quiet", "--target", LLVM]
 
@@ -168,14 +168,13 @@ def test_corrupt_record_lines_are_named(tmp_path):
 def test_a_failing_task_is_retried_then_recorded_as_failed(tmp_path):
     """A workload file that is gone when its task runs: the task fails in its process, is
     retried, and is recorded as failed with the error; the other task's data is written."""
+    from codegen.measure import MeasureConfig
     from codegen.search.tune import SearchConfig
     from codegen.workloads import workload
     from training.datagen.generate import generate
     from training.datagen.pool import LocalPool
     from training.datagen.runner import RunnerSettings
     from training.datagen.tasks import Task, tasks_for
-
-    from codegen.measure import MeasureConfig
 
     kernel = tmp_path / "k.py"
     kernel.write_text(workload("elementwise(m=16,n=16)").mod.script())

@@ -44,9 +44,6 @@ def failed_result(task: Task, error: str, attempts: int, seconds: float) -> Task
 
 def _serve(conn, settings: dict[str, Any], parent: int) -> None:
     """A pool process: run tasks from ``conn`` until it closes or the driver is gone."""
-    import sys
-
-    sys.modules.setdefault("torch", None)  # type: ignore[arg-type]  measurement never needs it
     from .runner import TaskRunner
 
     def watch() -> None:
@@ -142,7 +139,8 @@ class LocalPool:
             try:
                 proc.conn.send(task.to_dict())
                 if not proc.conn.poll(hard_limit(task)):
-                    last = f"killed after {hard_limit(task):g} s (time limit {task.time_limit_s:g} s)"
+                    last = (f"killed after {hard_limit(task):g} s (time limit "
+                            f"{task.time_limit_s:g} s)")
                     proc.kill()
                     proc = None
                     continue
