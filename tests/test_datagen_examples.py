@@ -286,8 +286,8 @@ def test_a_corrupt_records_file_names_file_and_line(tmp_path, records):
 def test_config_checks_its_fields():
     with pytest.raises(ValueError, match="min_gain"):
         ExampleConfig(min_gain=1.0)
-    with pytest.raises(ValueError, match="validation"):
-        ExampleConfig(validation=0.6, test=0.5)
+    with pytest.raises(ValueError, match="validation_fraction"):
+        ExampleConfig(validation_fraction=0.6, test_fraction=0.5)
     assert ExampleConfig(holdout_families="pool2d, conv2d").holdout_families == \
         ("pool2d", "conv2d")
 

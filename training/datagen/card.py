@@ -47,20 +47,19 @@ def quantiles(values: Sequence[float]) -> dict[str, float]:
 
 
 def token_lengths(examples: Examples, tokenizer: Any) -> dict[str, dict[str, list[int]]]:
-    """Token counts of every example's prompt and completion, by task."""
-    cache: dict[str, int] = {}
-
-    def count(text: str) -> int:
-        if text not in cache:
-            cache[text] = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-        return cache[text]
-
-    out = {}
-    for task in TASKS:
-        rows = [r for split in SPLITS for r in getattr(examples, task)[split]]
-        out[task] = {"prompt": [count(r["prompt"]) for r in rows],
-                     "completion": [count(r["completion"]) for r in rows]}
-    return out
+    """Token counts of every example's prompt and completion, by task (each distinct text
+    tokenized once, in batches)."""
+    rows = {task: [r for split in SPLITS for r in getattr(examples, task)[split]]
+            for task in TASKS}
+    texts = sorted({r[part] for task in TASKS for r in rows[task]
+                    for part in ("prompt", "completion")})
+    counts: dict[str, int] = {}
+    for start in range(0, len(texts), 512):
+        batch = texts[start:start + 512]
+        ids = tokenizer(batch, add_special_tokens=False)["input_ids"]
+        counts.update(zip(batch, map(len, ids), strict=True))
+    return {task: {part: [counts[r[part]] for r in rows[task]]
+                   for part in ("prompt", "completion")} for task in TASKS}
 
 
 def write_card(out: str, examples: Examples, *, tokenizer: Any = None,
@@ -170,9 +169,9 @@ def _body(examples: Examples, lengths: dict[str, dict[str, list[int]]],
         ["refinement: starts", "one per third (" + ", ".join(THIRDS) + ") of each search"],
         ["refinement: completion", "the workload's best script"],
         ["split fractions train/validation/test",
-         f"{config.train:g}/{config.validation:g}/{config.test:g}"],
+         f"{config.train:g}/{config.validation_fraction:g}/{config.test_fraction:g}"],
         ["held-out families", ", ".join(config.holdout_families) or "none"],
-        ["verified records only", config.verified_only], ["seed", config.seed]])
+        ["verified records only", config.verified_only], ["seed", config.example_seed]])
     out += ["## Records by status", ""]
     out += _table(["status", "records"], sorted(stats.by_status.items()))
     out += ["## Skipped", ""]

@@ -80,12 +80,12 @@ class ExampleConfig:
                 "least this (smaller gains are within measurement noise)."})
     refinement: bool = field(default=True, metadata={
         "help": "Build refinement examples (one start per third of each search)."})
-    validation: float = field(default=0.05, metadata={
+    validation_fraction: float = field(default=0.05, metadata={
         "help": "Fraction of workloads (by identity hash) in the validation split."})
-    test: float = field(default=0.05, metadata={
+    test_fraction: float = field(default=0.05, metadata={
         "help": "Fraction of workloads (by identity hash) in the test split, besides the "
                 "held-out ones."})
-    seed: int = field(default=0, metadata={
+    example_seed: int = field(default=0, metadata={
         "help": "Seed of the choice of refinement starts (splits do not depend on it)."})
     holdout_families: tuple[str, ...] = field(default=(), metadata={
         "help": "Operator families whose workloads all go to the test split."})
@@ -102,17 +102,18 @@ class ExampleConfig:
         checks = [("k", self.k >= 1, "k >= 1"),
                   ("tolerance", self.tolerance >= 1.0, "tolerance >= 1.0"),
                   ("min_gain", self.min_gain > 1.0, "min_gain > 1.0"),
-                  ("validation", 0 <= self.validation < 1, "0 <= validation < 1"),
-                  ("test", 0 <= self.test < 1, "0 <= test < 1"),
-                  ("validation", self.validation + self.test <= 1,
-                   "validation + test <= 1")]
+                  ("validation_fraction", 0 <= self.validation_fraction < 1,
+                   "0 <= validation_fraction < 1"),
+                  ("test_fraction", 0 <= self.test_fraction < 1, "0 <= test_fraction < 1"),
+                  ("validation_fraction", self.validation_fraction + self.test_fraction <= 1,
+                   "validation_fraction + test_fraction <= 1")]
         for name, ok, expected in checks:
             if not ok:
                 raise ValueError(f"Expected {expected} but got {name}={getattr(self, name)!r}")
 
     @property
     def train(self) -> float:
-        return round(1.0 - self.validation - self.test, 12)
+        return round(1.0 - self.validation_fraction - self.test_fraction, 12)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -172,9 +173,9 @@ def split_of(workload_id: str, family: str = "",
         return "test", "model"
     digest = hashlib.sha256(workload_id.encode()).hexdigest()
     u = int(digest[:16], 16) / 2.0 ** 64
-    if u < config.test:
+    if u < config.test_fraction:
         return "test", ""
-    if u < config.test + config.validation:
+    if u < config.test_fraction + config.validation_fraction:
         return "validation", ""
     return "train", ""
 
@@ -372,7 +373,7 @@ def _starts(group: _Group, best: Record, wl: Any, check: _Checker, config: Examp
                     first[r.script] = replace(r, latency_s=group.best[r.script].latency_s,
                                               spread_s=group.best[r.script].spread_s)
             starts = [first[s] for s in sorted(first)]
-            rng = random.Random(f"{config.seed}/{best.workload_id}/{best.target}/"
+            rng = random.Random(f"{config.example_seed}/{best.workload_id}/{best.target}/"
                                 f"{'/'.join(key)}/{third}")
             rng.shuffle(starts)
             pick = next((s for s in starts if check(s.script, wl, s.target_json)), None)
