@@ -1,0 +1,175 @@
+"""Examples as Hugging Face datasets on disk, written so that a reader never sees half of one.
+
+    OUT/construction/     DatasetDict (train, validation, test), ``datasets.load_from_disk``
+    OUT/refinement/       the same, for refinement
+    OUT/records.jsonl.gz  every record of every committed task, failures included, in task
+                          order (one JSON object per line, as in OUT/records/<task>.jsonl);
+                          ``datasets.load_dataset("json", data_files=...)`` reads it
+
+Each dataset is saved into a temporary folder inside OUT and renamed into place; an older one
+under the final name is first renamed aside and removed after, so the final name holds a
+complete dataset or, for an instant, nothing.  Every split exists, empty or not, with the
+columns of ``construction_features()`` or ``refinement_features()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from typing import Any
+
+from .examples import SPLITS, Examples
+from .records import Record
+
+__all__ = ["FEATURES", "RECORDS_FILE", "TASKS", "construction_features", "dataset_dict",
+           "refinement_features", "save_atomically", "write_datasets", "write_records"]
+
+RECORDS_FILE = "records.jsonl.gz"
+TASKS = ("construction", "refinement")
+
+
+def _features(extra: dict[str, str]) -> Any:
+    from datasets import Features, Value
+
+    common = {"task": "string", "workload": "string", "workload_id": "string",
+              "family": "string", "target": "string", "device": "string", "rules": "string",
+              "holdout": "string", "prompt_version": "int32", "prompt": "string",
+              "completion": "string", "script": "string", "latency_s": "float64",
+              "spread_s": "float64", "verified": "bool"}
+    return Features({name: Value(dtype) for name, dtype in {**common, **extra}.items()})
+
+
+def construction_features() -> Any:
+    """The columns of ``OUT/construction``."""
+    return _features({"best_latency_s": "float64", "rank": "int32"})
+
+
+def refinement_features() -> Any:
+    """The columns of ``OUT/refinement``."""
+    return _features({"start_script": "string", "start_latency_s": "float64",
+                      "start_spread_s": "float64", "start_index": "int32",
+                      "start_third": "string", "speedup": "float64"})
+
+
+FEATURES = {"construction": construction_features, "refinement": refinement_features}
+
+
+def dataset_dict(rows: dict[str, list[dict[str, Any]]], features: Any) -> Any:
+    """A ``DatasetDict`` with every split of ``SPLITS``, empty ones included.
+
+    >>> dataset_dict({}, construction_features())["test"].num_rows
+    0
+    """
+    from datasets import Dataset, DatasetDict
+
+    names = set(features)
+    for split, split_rows in rows.items():
+        for row in split_rows:
+            if set(row) != names:
+                raise ValueError(f"Expected the columns {sorted(names)} but got a {split} row "
+                                 f"with {sorted(row)}")
+    # Column by column: from_list cannot type an empty split.
+    return DatasetDict({split: Dataset.from_dict(
+        {name: [row[name] for row in rows.get(split, [])] for name in features},
+        features=features) for split in SPLITS})
+
+
+def save_atomically(data: Any, path: str) -> None:
+    """``data.save_to_disk`` into a temporary folder beside ``path``, then renamed to it."""
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    name = os.path.basename(path)
+    tmp = tempfile.mkdtemp(dir=parent, prefix=f".tmp-{name}-")
+    old = None
+    try:
+        _save(data, tmp)
+        _permissions(tmp)
+        if os.path.exists(path):
+            old = tempfile.mkdtemp(dir=parent, prefix=f".old-{name}-")
+            os.replace(path, os.path.join(old, name))
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and not os.path.exists(path):  # put the old one back
+            with contextlib.suppress(OSError):
+                os.replace(os.path.join(old, name), path)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _save(data: Any, path: str) -> None:
+    from datasets.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+
+    # An empty split saved with no shard cannot be loaded back: give it one (empty) shard.
+    shards = {split: 1 if len(part) == 0 else None for split, part in data.items()}
+    quiet = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        data.save_to_disk(path, num_shards=shards)
+    finally:
+        if not quiet:
+            enable_progress_bars()
+
+
+def _permissions(path: str) -> None:
+    """The modes a plain ``mkdir``/``open`` would give (temporary files are private)."""
+    umask = _umask()
+    for root, _dirs, files in os.walk(path):
+        os.chmod(root, 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~umask)
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def write_records(out: str, records: Iterable[Record]) -> str:
+    """Every record, gzipped JSONL, to ``OUT/records.jsonl.gz`` (through a temporary file)."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, RECORDS_FILE)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".tmp-records-")
+    try:
+        with os.fdopen(fd, "wb") as raw, \
+                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+            for record in records:
+                f.write((record.to_json() + "\n").encode())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_datasets(out: str, examples: Examples,
+                   records: Iterable[Record] | None = None) -> dict[str, str]:
+    """Write ``OUT/construction``, ``OUT/refinement`` and (given ``records``) the records
+    file; the paths written, by name.
+
+    >>> import tempfile
+    >>> from training.datagen.examples import build_examples
+    >>> sorted(write_datasets(tempfile.mkdtemp(), build_examples([])))
+    ['construction', 'refinement']
+    """
+    paths = {}
+    for task in TASKS:
+        path = os.path.join(out, task)
+        save_atomically(dataset_dict(getattr(examples, task), FEATURES[task]()), path)
+        paths[task] = path
+    if records is not None:
+        paths["records"] = write_records(out, records)
+    return paths
