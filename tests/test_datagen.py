@@ -149,6 +149,35 @@ def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run):
     assert len(list(read_records(path))) == 8
 
 
+def test_datasets_and_card_are_built_from_the_committed_records(tmp_path, clean_run):
+    import datasets
+
+    out = str(tmp_path / "out")
+    shutil.copytree(clean_run, out)
+    cmd = [c for c in _command(out) if c != "--records-only"] + ["--json"]
+    done = _run(cmd)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    built = {task: datasets.load_from_disk(os.path.join(out, task))
+             for task in ("construction", "refinement")}
+    for task, data in built.items():
+        assert set(data) == {"train", "validation", "test"}
+        assert {s: len(d) for s, d in data.items()} == summary[task]
+    assert sum(summary["construction"].values()) >= len(SPECS)
+    correct: dict[tuple, float] = {}
+    for r in RecordStore(out).all_records():
+        if r.correct:
+            key = (r.workload, r.script)
+            correct[key] = min(r.latency_s, correct.get(key, r.latency_s))
+    for split in built["construction"].values():
+        for row in split:
+            assert row["latency_s"] == correct[(row["workload"], row["script"])]
+    with open(os.path.join(out, "README.md"), encoding="utf-8") as f:
+        card = f.read()
+    assert "## Token lengths" in card and "plots/token_lengths.png" in card
+    assert os.path.exists(os.path.join(out, "plots", "token_lengths.png"))
+
+
 def test_a_run_with_other_settings_is_refused(clean_run):
     other = _run(_command(clean_run, "--seed", "7"))
     assert other.returncode == 2

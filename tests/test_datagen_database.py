@@ -296,3 +296,33 @@ def test_a_database_of_two_workloads_gives_two_groups(tuned, tmp_path):
             assert record.verified and record.status == "correct", record.message
             dragon_dsl.to_schedule(record.script, workload=workload(record.workload),
                                    target=TARGET)
+
+
+def test_dragon_datagen_from_database_writes_datasets(tuned, tmp_path):
+    """The command: a tune_tir database in, records and both datasets out; rerun does nothing
+    new; --as-is records are marked unverified."""
+    import subprocess
+    import sys
+
+    import datasets
+
+    dragon = os.path.join(os.path.dirname(sys.executable), "dragon")
+    out = str(tmp_path / "out")
+    cmd = [dragon, "datagen", "--from-database", tuned, "--out", out, "--quiet",
+           "--repeat", "2", "--min-repeat-ms", "1", "--target", json.dumps(TARGET),
+           "--workload", SPEC]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "measured again" in done.stderr
+    records = list(RecordStore(out).all_records())
+    with open(os.path.join(tuned, RECORDS), encoding="utf-8") as f:
+        assert len(records) == len(f.readlines())
+    assert all(r.verified and r.source == "database" and r.workload == SPEC for r in records)
+    construction = datasets.load_from_disk(os.path.join(out, "construction"))
+    rows = [row for split in construction.values() for row in split]
+    assert rows and all(row["workload"] == SPEC for row in rows)
+    assert os.path.exists(os.path.join(out, "README.md"))
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "0 records imported" in again.stderr, again.stderr
+    other = subprocess.run(cmd + ["--as-is"], capture_output=True, text=True, timeout=600)
+    assert other.returncode == 2 and "other settings" in other.stderr

@@ -23,6 +23,8 @@ from typing import Any
 from dragon_dsl.cli_kit import (
     ExitCode,
     UsageError,
+    add_config_arguments,
+    config_from_args,
     examples,
 )
 
@@ -71,7 +73,8 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
     except ValueError as exc:  # WorkloadError
         raise UsageError(str(exc)) from None
     settings = {"preset": args.preset, "target": target_dict(tgt), "rules": rules,
-                "search": dataclasses.asdict(search), "time_limit_s": time_limit}
+                "search": dataclasses.asdict(search), "time_limit_s": time_limit,
+                "holdout_families": list(chosen.holdout_families) if chosen else []}
     return tasks, settings, chosen
 
 
@@ -129,19 +132,79 @@ def cmd_datagen(args) -> int:
           f"{report.seconds:.0f} s", file=sys.stderr)
     status = ExitCode.FINDINGS if report.failed else ExitCode.OK
     if not args.records_only:
-        _build(args, out)
+        _build(args, out, settings.get("holdout_families", []))
     return status
 
 
-def _build(args, out: str) -> None:
+def _build(args, out: str, holdout: list[str]) -> None:
     from ..datagen.build import build_datasets
+    from ..datagen.examples import ExampleConfig
 
-    summary = build_datasets(out, progress=not args.quiet)
-    print(summary, file=sys.stderr)
+    given = args.holdout_families not in (None, ())  # the flag's default is ()
+    overrides = {} if given else {"holdout_families": tuple(holdout)}
+    config = config_from_args(ExampleConfig, args, **overrides)
+    report = build_datasets(out, config)
+    print(report, file=sys.stderr)
+    if args.json:
+        import json
+
+        print(json.dumps(report.examples.summary(), indent=1, sort_keys=True))
 
 
 def _from_database(args) -> int:
-    raise UsageError("--from-database is not wired yet")
+    """Import a MetaSchedule database: one committed task per workload, re-measured unless
+    ``--as-is``."""
+    from codegen.measure import Evaluator
+    from codegen.targets import as_target
+
+    from ..datagen.from_database import database_records
+    from ..datagen.generate import check_manifest
+    from ..datagen.records import DataError, RecordStore
+
+    source = os.path.abspath(args.from_database)
+    if not os.path.exists(source):
+        raise UsageError(f"--from-database {args.from_database}: no such file or directory")
+    measure = None if args.as_is else _measure_config(args, None)
+    settings = {"from_database": source, "as_is": bool(args.as_is),
+                "measure": measure.fingerprint() if measure else None,
+                "holdout_families": []}
+    store = RecordStore(out)
+    imported = correct = 0
+    try:
+        os.makedirs(out, exist_ok=True)
+        check_manifest(out, settings, [])
+        done = set(store.done())
+        evaluator = None
+        if measure is not None:
+            try:
+                tgt = as_target(args.target or {"kind": "llvm", "num-cores": 2})
+            except (ValueError, TypeError) as exc:
+                raise UsageError(str(exc)) from None
+            evaluator = Evaluator(tgt, config=measure, builders=args.builders,
+                                  cache=os.path.join(os.path.abspath(out), "cache.sqlite"))
+        try:
+            groups = database_records(source, measure=evaluator, specs=args.workload or (),
+                                      skip=done, progress=None if args.quiet else _say)
+            for group in groups:
+                store.commit(group.summary(), group.records)
+                imported += len(group.records)
+                correct += sum(r.correct for r in group.records)
+        finally:
+            if evaluator is not None:
+                evaluator.close()
+    except DataError as exc:
+        print(f"dragon: {exc}", file=sys.stderr)
+        return ExitCode.FINDINGS
+    print(f"datagen: {imported} records imported ({correct} correct, "
+          f"{'as-is, unverified' if args.as_is else 'measured again'}) from {source}",
+          file=sys.stderr)
+    if not args.records_only:
+        _build(args, out, [])
+    return ExitCode.OK
+
+
+def _say(message: str) -> None:
+    print(f"datagen: {message}", file=sys.stderr, flush=True)
 
 
 def register(subparsers) -> None:
@@ -149,6 +212,7 @@ def register(subparsers) -> None:
     from codegen.measure import MeasureConfig
     from codegen.search.tune import SearchConfig
 
+    from ..datagen.examples import ExampleConfig
     from ..datagen.tasks import PRESETS
 
     p = subparsers.add_parser(
@@ -212,6 +276,10 @@ def register(subparsers) -> None:
                         "searching")
     p.add_argument("--as-is", action="store_true",
                    help="with --from-database: take the database's latencies as they are "
-                        "(unverified) instead of measuring every script again")
+                        "(unverified: verified=false) instead of measuring every script again "
+                        "(--workload SPEC names the workloads the database holds)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true",
+                   help="print the datasets' summary (examples per task and split) as JSON")
+    add_config_arguments(p, ExampleConfig)
     p.set_defaults(func=cmd_datagen)
