@@ -161,11 +161,12 @@ def _from_database(args) -> int:
     from ..datagen.generate import check_manifest
     from ..datagen.records import DataError, RecordStore
 
+    out = args.out
     source = os.path.abspath(args.from_database)
     if not os.path.exists(source):
         raise UsageError(f"--from-database {args.from_database}: no such file or directory")
     measure = None if args.as_is else _measure_config(args, None)
-    settings = {"from_database": source, "as_is": bool(args.as_is),
+    settings = {"from_database": source, "as_is": bool(args.as_is), "target": args.target,
                 "measure": measure.fingerprint() if measure else None,
                 "holdout_families": []}
     store = RecordStore(out)
@@ -174,6 +175,9 @@ def _from_database(args) -> int:
         os.makedirs(out, exist_ok=True)
         check_manifest(out, settings, [])
         done = set(store.done())
+    except DataError as exc:  # another run's DIR
+        raise UsageError(str(exc)) from None
+    try:
         evaluator = None
         if measure is not None:
             try:
