@@ -251,3 +251,40 @@ def test_ray_cluster_runs_the_tasks(tmp_path, clean_run):
         assert len({s.worker for s in summaries.values()}) >= 1
     finally:
         subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120, env=env)
+
+
+def test_search_gives_metaschedule_our_verdicts(tmp_path):
+    """What our measurement says is what MetaSchedule records: an outcome that is not correct
+    is a failed trial (1e10 s in its database), a correct one carries our repeats.  Here the
+    real Evaluator's verdicts are overridden for every other candidate, as if those kernels had
+    computed the wrong thing, to see the verdict cross the seam."""
+    from dataclasses import replace
+
+    from codegen.measure import Evaluator, MeasureConfig, Status
+    from codegen.search.tune import FAILED_RUN_SECS, SearchConfig, search
+    from codegen.workloads import workload
+
+    class Judged:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def evaluate(self, wl, scripts):
+            outcomes = self.inner.evaluate(wl, scripts)
+            return [replace(o, status=Status.INCORRECT, latency_s=None) if i % 2 else o
+                    for i, o in enumerate(outcomes)]
+
+    target = json.loads(LLVM)
+    with Evaluator(target, cache=False, config=MeasureConfig(repeat=2, min_repeat_ms=1)) as ev:
+        rounds = list(search(workload(SPECS[0]), target, Judged(ev),
+                             SearchConfig(trials=8, per_round=4, population=32),
+                             work_dir=str(tmp_path)))
+    outcomes = [o for r in rounds for o in r.outcomes]
+    assert [r.index for r in rounds] == [0, 1] and len(outcomes) == 8
+    with open(tmp_path / "database_tuning_record.json", encoding="utf-8") as f:
+        run_secs = [json.loads(line)[1][1] for line in f]
+    assert len(run_secs) == 8
+    for outcome, secs in zip(outcomes, run_secs, strict=True):
+        if outcome.ok:
+            assert secs == pytest.approx(outcome.repeats, rel=1e-6)
+        else:
+            assert secs == [FAILED_RUN_SECS]

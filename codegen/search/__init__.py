@@ -2,23 +2,29 @@
 schedules (unscheduled, DLight's rules, MetaSchedule's tuned best) scripts are compared with.
 
 - ``space.py``: ``SearchSpace``, ``sample_traces`` (every trace in the project comes from here);
+- ``tune.py``: ``search``, MetaSchedule's evolutionary search with every candidate measured
+  by an ``Evaluator`` (the source of ``dragon datagen``'s records);
 - ``baselines.py``: ``unscheduled``, ``rule_based``, ``metaschedule_best`` and ``baselines``
   (all three by name; reach it as ``codegen.search.baselines.baselines``).
 
 May import ``dragon_dsl``, ``codegen.targets``, ``codegen.workloads`` and
-``codegen.measure.config``; never ``training``.
+``codegen.measure``; never ``training``.
 """
 
 from .baselines import BaselineUnavailable, BestResult, metaschedule_best, rule_based, unscheduled
 from .space import SearchSpace, sample_traces, search_space
+from .tune import Round, SearchConfig, search
 
 __all__ = [
     "BaselineUnavailable",
     "BestResult",
+    "Round",
+    "SearchConfig",
     "SearchSpace",
     "metaschedule_best",
     "rule_based",
     "sample_traces",
+    "search",
     "search_space",
     "unscheduled",
 ]

@@ -14,7 +14,6 @@ MetaSchedule's 1e10 s latency), so a search leaves the logs users already know.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -161,8 +160,3 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
     finally:
         ctx.post_tuning()
 
-
-def best_latency(rounds: list[Round]) -> float:
-    """The lowest verified latency over ``rounds`` (inf when none was correct)."""
-    return min((o.latency_s for r in rounds for o in r.outcomes
-                if o.ok and o.latency_s is not None), default=math.inf)

@@ -143,7 +143,7 @@ def _build(args, out: str, holdout: list[str]) -> None:
     given = args.holdout_families not in (None, ())  # the flag's default is ()
     overrides = {} if given else {"holdout_families": tuple(holdout)}
     config = config_from_args(ExampleConfig, args, **overrides)
-    report = build_datasets(out, config)
+    report = build_datasets(out, config, progress=not args.quiet)
     print(report, file=sys.stderr)
     if args.json:
         import json

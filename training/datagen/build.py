@@ -61,7 +61,7 @@ def _generation(out: str) -> dict[str, Any]:
 
 
 def build_datasets(out: str, config: ExampleConfig | None = None, *,
-                   tokenizer: Any = None) -> BuildReport:
+                   tokenizer: Any = None, progress: bool = False) -> BuildReport:
     """Build the construction and refinement datasets of ``out`` and write them, the records
     file and the card."""
     from .card import write_card
@@ -69,7 +69,7 @@ def build_datasets(out: str, config: ExampleConfig | None = None, *,
 
     store = RecordStore(out)
     records = list(store.all_records())
-    examples = build_examples(records, config)
+    examples = build_examples(records, config, progress=progress)
     paths = write_datasets(out, examples, records)
     card = write_card(out, examples, tokenizer=tokenizer, generation=_generation(out))
     return BuildReport(examples, paths, card)

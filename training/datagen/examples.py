@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
@@ -256,11 +257,13 @@ class _Group:
 
 
 def build_examples(records: Iterable[Record], config: ExampleConfig | None = None, *,
-                   resolve: WorkloadResolver | None = None) -> Examples:
+                   resolve: WorkloadResolver | None = None,
+                   progress: bool = False) -> Examples:
     """Construction and refinement examples from records (any order, several tasks mixed).
 
     ``resolve`` gives a record's workload (default: ``codegen.workloads.workload`` of its
-    spec, or ``script_workload`` of its TVMScript, each built once).
+    spec, or ``script_workload`` of its TVMScript, each built once).  ``progress`` shows a
+    bar over workloads (every script is applied again, about 10 ms each).
 
     >>> ex = build_examples([])
     >>> {s: len(rows) for s, rows in ex.construction.items()}
@@ -292,7 +295,11 @@ def build_examples(records: Iterable[Record], config: ExampleConfig | None = Non
     check = _Checker(stats)
     construction: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
     refinement: dict[str, list[dict[str, Any]]] = {s: [] for s in SPLITS}
-    for (workload_id, target), group_records in sorted(groups.items()):
+    from tqdm.auto import tqdm
+
+    for (workload_id, target), group_records in tqdm(
+            sorted(groups.items()), desc="examples", unit="workload", disable=not progress,
+            file=sys.stderr, dynamic_ncols=True):
         group_records.sort(key=lambda r: (r.workload, r.rules, r.device, r.index))
         first = group_records[0]
         try:
