@@ -41,7 +41,7 @@ def _run(specs, workers: int, trials: int, tmp: str) -> dict:
     seconds = time.perf_counter() - start
     built = build_datasets(out, progress=False)
     return {"workers": workers, "seconds": seconds, "records": report.records,
-            "correct": report.correct, "examples": built.examples,
+            "correct": report.correct, "examples": built.count,
             "task_seconds": statistics.median(s.seconds for s in report.summaries)}
 
 
