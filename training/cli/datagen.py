@@ -115,7 +115,10 @@ def cmd_datagen(args) -> int:
     tasks, settings, chosen = _tasks(args)
     measure = _measure_config(args, chosen)
     settings["measure"] = measure.fingerprint()
-    builders = args.builders or max(1, (os.cpu_count() or 1) // max(1, args.workers))
+    if args.ray_address:  # builds on the node running the task, on the CPUs it reserved
+        builders = args.builders or max(1, int(args.cpus_per_task))
+    else:
+        builders = args.builders or max(1, (os.cpu_count() or 1) // max(1, args.workers))
     runner = RunnerSettings(measure, builders=builders,
                             cache=os.path.join(os.path.abspath(out), "cache.sqlite"))
     pool = _pool(args, runner)
