@@ -77,7 +77,7 @@ def test_version_and_bare_invocations(capsys):
 def test_every_help_has_examples_and_no_rst_markup(capsys):
     commands = ["check", "fmt", "encode", "decode", "apply", "bench", "demo", "sample",
                 "workloads", "init-model", "workloads list", "workloads show",
-                "workloads sample"]
+                "workloads sample", "datagen"]
     assert run(["--help"], capsys)[0] == OK
     for command in commands:
         code, out, _ = run([*command.split(), "--help"], capsys)
@@ -555,3 +555,31 @@ def test_workload_files_are_bounded(tmp_path, capsys, command):
     for spec in ("file(path=/dev/zero)", f"file(path={tmp_path})"):
         code, _, err = run([*command, spec], capsys)
         assert code == USAGE and "not a regular file" in one_line(err)
+
+
+# ---- datagen -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags,needle", [
+    ([], "name the workloads"),
+    (["--workload", "nosuch(x=1)"], "nosuch"),
+    (["--preset", "tiny", "--workers", "0"], "--workers"),
+    (["--workload", "matmul()", "--trials", "0"], "trials"),
+    (["--workload", "matmul()", "--cost-model", "nope"], "cost_model"),
+    (["--workload", "matmul()", "--repeat", "0"], "repeat"),
+    (["--workload", "matmul()", "--target", "nosuch"], "nosuch"),
+    (["--workload", "matmul()", "--k", "0"], "k >= 1"),
+    (["--workload", "matmul()", "--min-gain", "1.0"], "min_gain"),
+    (["--from-database", "no/such/dir"], "no such file"),
+    (["--workload", "matmul()", "--rpc-tracker", "localhost:9190"], "--rpc-key"),
+])
+def test_datagen_bad_flags_fail_before_any_search(tmp_path, capsys, flags, needle):
+    code, _, err = run(["datagen", "--out", tmp_path / "out", *flags], capsys)
+    assert code == USAGE, err
+    assert needle in one_line(err)
+    assert not (tmp_path / "out" / "records").exists()
+
+
+def test_datagen_out_must_be_a_directory(tmp_path, capsys):
+    code, _, err = run(["datagen", "--out", write(tmp_path, "f", "x"), "--preset", "tiny"],
+                       capsys)
+    assert code == USAGE and "not a directory" in one_line(err)

@@ -90,6 +90,19 @@ def _measure_config(args, chosen):
         raise UsageError(str(exc)) from None
 
 
+def _rpc(args) -> dict[str, str] | None:
+    """Where kernels run when not on the worker's own device: TVM's RPC tracker or server."""
+    if args.rpc_tracker and args.rpc_server:
+        raise UsageError("give --rpc-tracker (with --rpc-key) or --rpc-server, not both")
+    if args.rpc_tracker:
+        if not args.rpc_key:
+            raise UsageError("--rpc-tracker needs --rpc-key (the device key servers register)")
+        return {"tracker": args.rpc_tracker, "key": args.rpc_key}
+    if args.rpc_server:
+        return {"server": args.rpc_server}
+    return None
+
+
 def _pool(args, settings):
     from ..datagen.pool import LocalPool
     from ..datagen.ray_pool import RayPool
@@ -113,6 +126,7 @@ def cmd_datagen(args) -> int:
     if args.from_database:
         return _from_database(args)
     tasks, settings, chosen = _tasks(args)
+    _example_config(args, settings["holdout_families"])
     measure = _measure_config(args, chosen)
     settings["measure"] = measure.fingerprint()
     if args.ray_address:  # builds on the node running the task, on the CPUs it reserved
@@ -120,7 +134,8 @@ def cmd_datagen(args) -> int:
     else:
         builders = args.builders or max(1, (os.cpu_count() or 1) // max(1, args.workers))
     runner = RunnerSettings(measure, builders=builders,
-                            cache=os.path.join(os.path.abspath(out), "cache.sqlite"))
+                            cache=os.path.join(os.path.abspath(out), "cache.sqlite"),
+                            rpc=_rpc(args))
     pool = _pool(args, runner)
     print(f"datagen: {len(tasks)} workloads on {settings['target']['kind']} "
           f"({settings['rules']} rules), {settings['search']['trials']} trials each -> {out}",
@@ -139,14 +154,20 @@ def cmd_datagen(args) -> int:
     return status
 
 
-def _build(args, out: str, holdout: list[str]) -> None:
-    from ..datagen.build import build_datasets
+def _example_config(args, holdout: list[str]):
+    """The selection flags, checked before any search (a bad one is a usage error now, not
+    after an hour of measuring)."""
     from ..datagen.examples import ExampleConfig
 
     given = args.holdout_families not in (None, ())  # the flag's default is ()
     overrides = {} if given else {"holdout_families": tuple(holdout)}
-    config = config_from_args(ExampleConfig, args, **overrides)
-    report = build_datasets(out, config, progress=not args.quiet)
+    return config_from_args(ExampleConfig, args, **overrides)
+
+
+def _build(args, out: str, holdout: list[str]) -> None:
+    from ..datagen.build import build_datasets
+
+    report = build_datasets(out, _example_config(args, holdout), progress=not args.quiet)
     print(report, file=sys.stderr)
     if args.json:
         import json
@@ -168,6 +189,7 @@ def _from_database(args) -> int:
     source = os.path.abspath(args.from_database)
     if not os.path.exists(source):
         raise UsageError(f"--from-database {args.from_database}: no such file or directory")
+    _example_config(args, [])
     measure = None if args.as_is else _measure_config(args, None)
     settings = {"from_database": source, "as_is": bool(args.as_is), "target": args.target,
                 "measure": measure.fingerprint() if measure else None,
@@ -271,6 +293,10 @@ def register(subparsers) -> None:
                         "start one here) instead of local workers")
     p.add_argument("--cpus-per-task", type=float, default=1.0,
                    help="Ray CPUs each task reserves (default: 1)")
+    p.add_argument("--rpc-tracker", metavar="HOST:PORT",
+                   help="measure on devices behind TVM's RPC tracker (codegen.measure.remote)")
+    p.add_argument("--rpc-key", help="the device key of --rpc-tracker's servers")
+    p.add_argument("--rpc-server", metavar="HOST:PORT", help="measure on one RPC server")
     p.add_argument("--retries", type=int, default=1,
                    help="times a crashed or overrunning task is retried before it is recorded "
                         "as failed (default: 1)")
