@@ -1,0 +1,104 @@
+"""``training.reward``: rewards measured by the Evaluator against a baseline of the same session.
+A deliberately wrong kernel scores below every correct one, a faster correct kernel above a
+slower one, a refinement that returns its start earns no bonus, and one outlier is clipped."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from codegen.measure import MeasureConfig, Outcome, Status
+from training.reward import RewardConfig, Rewarder, score
+
+LLVM = {"kind": "llvm", "num-cores": 2}
+SPEC = "matmul(m=128,n=128,k=128)"
+# The unscheduled kernel, written as a script: no transformation at all.
+NOOP = 'block "C" -> b0\n'
+# The accumulator kept in int8 (a real schedule primitive, used unsafely): wrong outputs.
+WRONG = 'block "C" -> b0\ncache_write b0 0 "local" -> b1\n@UnsafeSetDType(b0; 0, "int8")\n'
+
+
+@pytest.fixture(scope="module")
+def fast_script():
+    """The fastest of 8 MetaSchedule samples (parallel, vectorized), as a canonical script."""
+    import dragon_dsl
+    from codegen.measure import Evaluator
+    from codegen.search import sample_traces
+    from codegen.workloads import workload
+
+    wl = workload(SPEC)
+    traces = sample_traces(wl.mod, LLVM, "llvm", 8, seed=3)
+    scripts = [dragon_dsl.from_trace(t, postproc="auto", postproc_set="llvm", workload=wl,
+                                     target=LLVM) for t in traces]
+    with Evaluator(LLVM, cache=False, config=MeasureConfig(repeat=3, min_repeat_ms=5)) as ev:
+        outcomes = ev.evaluate(wl, scripts)
+    best = min((o.latency_s, s) for o, s in zip(outcomes, scripts, strict=True) if o.ok)
+    return best[1]
+
+
+@pytest.fixture(scope="module")
+def rewarder():
+    with Rewarder(LLVM, cache=False, measure=MeasureConfig(repeat=5, min_repeat_ms=10)) as r:
+        yield r
+
+
+def test_levels_by_stage():
+    config = RewardConfig()
+    assert score(Outcome(Status.PARSE_ERROR), 1.0).reward == config.malformed
+    assert score(Outcome(Status.APPLY_ERROR), 1.0).reward == config.malformed
+    for status in (Status.BUILD_ERROR, Status.RUNTIME_ERROR, Status.TIMEOUT):
+        assert score(Outcome(status), 1.0).reward == config.broken
+    assert score(Outcome(Status.INCORRECT), 1.0).reward == config.incorrect
+    with pytest.raises(ValueError, match="needs a device"):
+        score(Outcome(Status.BUILT), 1.0)
+
+
+def test_bonus_is_a_clipped_log_speedup():
+    twice, half = (score(Outcome(Status.CORRECT, latency_s=t), 2.0).reward for t in (1.0, 4.0))
+    assert twice - 0.5 == pytest.approx(0.5 - half)           # symmetric in log speedup
+    assert twice == pytest.approx(0.5 + 0.5 * math.log(2) / math.log(16))
+    outlier = score(Outcome(Status.CORRECT, latency_s=1e-6), 1.0)
+    assert outlier.reward == 1.0 and outlier.speedup == pytest.approx(1e6)
+    slowest = score(Outcome(Status.CORRECT, latency_s=1e6), 1.0)
+    assert slowest.reward == 0.0 > RewardConfig().incorrect     # still above any incorrect
+    assert score(Outcome(Status.CORRECT, latency_s=1.0), None).reward == 0.5
+
+
+def test_a_config_where_a_slow_correct_kernel_ties_an_incorrect_one_is_refused():
+    with pytest.raises(ValueError, match="every correct kernel outranks"):
+        RewardConfig(incorrect=0.0)
+
+
+def test_measured_rewards_rank_wrong_slow_and_fast_kernels(rewarder, fast_script):
+    from codegen.workloads import workload
+
+    report = rewarder.score_group(workload(SPEC), [WRONG, NOOP, fast_script, "not a script"])
+    wrong, slow, fast, garbage = report.scored
+    assert wrong.outcome.status is Status.INCORRECT and wrong.reward == -0.5
+    assert garbage.reward == -1.0
+    assert slow.outcome.ok and fast.outcome.ok
+    assert fast.speedup > 1.5, "MetaSchedule's best sample beats the unscheduled kernel"
+    assert fast.reward > slow.reward > wrong.reward > garbage.reward
+    assert report.reference_s and report.noise is not None
+    assert report.shares() == {"apply": 0.75, "build": 0.75, "correct": 0.5}
+
+
+def test_refinement_is_measured_against_the_start_in_this_session(rewarder, fast_script):
+    from codegen.workloads import workload
+
+    wl = workload(SPEC)
+    respaced = 'block   "C"  ->  b0\n'  # the start, written differently
+    report = rewarder.score_group(wl, [fast_script, NOOP, respaced], start_script=NOOP)
+    faster, same, again = report.scored
+    assert faster.reward > 0.5 and faster.speedup > 1.5
+    for returned in (same, again):
+        assert returned.same_as_start and returned.reward == 0.5, "the start earns no bonus"
+    # The reference is the start measured now, not a latency from the prompt.
+    assert report.reference_s and report.reference_status == "correct"
+
+
+def test_trl_reward_function_signature(rewarder):
+    rewards = rewarder(prompts=["p", "p", "q"], completions=[NOOP + "<end>\n", WRONG, NOOP],
+                       workload=[SPEC, SPEC, "matmul(m=16,n=16,k=16)"])
+    assert len(rewards) == 3 and rewards[1] == -0.5 and rewards[0] > -0.5 and rewards[2] > -0.5

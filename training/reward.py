@@ -1,0 +1,262 @@
+"""Rewards for reinforcement learning: measured, gated on correctness, relative to a baseline
+measured in the same session.
+
+A completion's reward follows the stage its script reached (``codegen.measure.Status``):
+
+    parse_error, apply_error            -1.0   the script is not a schedule of this kernel
+    build_error, runtime_error, timeout -0.75  it is one, but the kernel does not build or run
+    incorrect                           -0.5   it runs and computes the wrong thing
+    correct                              0.5 + 0.5 * clip(log2(speedup) / log2(cap), -1, 1)
+
+so every correct kernel, however slow, scores above every incorrect one, and only a correct
+kernel earns a latency bonus.  The speedup is the reference's latency over the candidate's,
+both measured by one ``Evaluator`` in one session: the unscheduled kernel for construction,
+and for refinement the given script measured again (never the latency written in the prompt);
+when the reference cannot be measured this time, correct kernels get 0.5, without a bonus.
+The bonus is a log speedup, so halving and doubling the time move the reward by the same
+amount (group-relative advantages treat a slower and a faster sibling symmetrically), clipped
+at ``cap`` (16x by default) so that one outlier cannot dominate its group.  A refinement that
+returns the given script, or one that decodes to the same trace, earns no bonus: 0.5.
+
+Noise: the fastest correct completion of a group is timed a second time without the cache, and
+its slower measurement is kept, so a lucky run does not win the group; the relative difference
+between the two timings is reported as the group's noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from codegen.measure import Evaluator, MeasureConfig, Outcome, Status
+
+__all__ = ["RewardConfig", "Rewarder", "Scored", "score"]
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """The reward's levels and its latency bonus."""
+
+    malformed: float = field(default=-1.0, metadata={
+        "help": "Reward of a script that does not parse or does not apply to the kernel."})
+    broken: float = field(default=-0.75, metadata={
+        "help": "Reward of a kernel that does not build, crashes or runs past its limit."})
+    incorrect: float = field(default=-0.5, metadata={
+        "help": "Reward of a kernel whose outputs differ from the reference's."})
+    correct: float = field(default=0.5, metadata={
+        "help": "Reward of a correct kernel as fast as the reference."})
+    bonus: float = field(default=0.5, metadata={
+        "help": "Largest latency bonus (or penalty) of a correct kernel."})
+    cap: float = field(default=16.0, metadata={
+        "help": "Speedup (and slowdown) at which the bonus saturates."})
+    retime_best: bool = field(default=True, metadata={
+        "help": "Time the fastest correct completion of a group again and keep the slower "
+                "measurement."})
+
+    def __post_init__(self) -> None:
+        if not self.malformed <= self.broken <= self.incorrect < self.correct - self.bonus:
+            raise ValueError(
+                f"Expected malformed <= broken <= incorrect < correct - bonus, so that every "
+                f"correct kernel outranks every incorrect one, but got malformed="
+                f"{self.malformed}, broken={self.broken}, incorrect={self.incorrect}, "
+                f"correct={self.correct}, bonus={self.bonus}")
+        if not self.cap > 1.0:
+            raise ValueError(f"Expected cap > 1 but got cap={self.cap}")
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A completion's reward and what it was made of."""
+
+    reward: float
+    outcome: Outcome
+    speedup: float | None = None      # reference latency / latency (correct only)
+    bonus: float = 0.0
+    same_as_start: bool = False       # a refinement that returned the given script
+
+
+_MALFORMED = {Status.PARSE_ERROR, Status.APPLY_ERROR}
+_BROKEN = {Status.BUILD_ERROR, Status.RUNTIME_ERROR, Status.TIMEOUT}
+
+
+def score(outcome: Outcome, reference_s: float | None, config: RewardConfig | None = None, *,
+          same_as_start: bool = False) -> Scored:
+    """The reward of one measured completion.
+
+    >>> from codegen.measure import Outcome, Status
+    >>> score(Outcome(Status.CORRECT, latency_s=1e-3), 4e-3).reward
+    0.75
+    >>> score(Outcome(Status.INCORRECT), 4e-3).reward
+    -0.5
+    """
+    config = config or RewardConfig()
+    if outcome.status in _MALFORMED:
+        return Scored(config.malformed, outcome)
+    if outcome.status in _BROKEN:
+        return Scored(config.broken, outcome)
+    if outcome.status is Status.INCORRECT:
+        return Scored(config.incorrect, outcome)
+    if outcome.status is not Status.CORRECT:
+        raise ValueError(f"Expected a measured outcome but got {outcome.status.value} "
+                         f"({outcome.message}): a reward needs a device to run kernels on")
+    assert outcome.latency_s is not None
+    if reference_s is None or not reference_s > 0:
+        # No reference to compare with (it failed to run this time): correct, no bonus.
+        return Scored(config.correct, outcome)
+    speedup = reference_s / outcome.latency_s
+    if same_as_start:
+        return Scored(config.correct, outcome, speedup, 0.0, True)
+    ratio = max(-1.0, min(1.0, math.log(speedup) / math.log(config.cap)))
+    bonus = config.bonus * ratio
+    return Scored(config.correct + bonus, outcome, speedup, bonus)
+
+
+@dataclass
+class GroupReport:
+    """What one group's scoring measured: for metrics and logs."""
+
+    reference_s: float | None
+    scored: list[Scored]
+    noise: float | None = None        # |t2 - t1| / t1 of the best completion's two timings
+    reference_status: str = ""
+
+    def shares(self) -> dict[str, float]:
+        n = max(1, len(self.scored))
+        statuses = [s.outcome.status for s in self.scored]
+        return {"apply": sum(s not in _MALFORMED for s in statuses) / n,
+                "build": sum(s not in _MALFORMED | {Status.BUILD_ERROR} for s in statuses) / n,
+                "correct": sum(s is Status.CORRECT for s in statuses) / n}
+
+
+class Rewarder:
+    """Scores groups of completions for one target by measuring them.
+
+    ``measure`` says how kernels are verified and timed; ``evaluator`` measures the
+    completions (batched, parallel builds, cached, isolated);
+    ``timer`` times again without the cache (a second Evaluator with ``cache=False``).  Both
+    default to new ones for ``target``; ``close`` ends what this object started.
+    """
+
+    def __init__(self, target: Any = "llvm", config: RewardConfig | None = None, *,
+                 measure: MeasureConfig | None = None, evaluator: Evaluator | None = None,
+                 timer: Evaluator | None = None, **evaluator_options: Any) -> None:
+        self.config = config or RewardConfig()
+        if measure is not None:
+            evaluator_options["config"] = measure
+        self._owned: list[Evaluator] = []
+        if evaluator is None:
+            evaluator = Evaluator(target, **evaluator_options)
+            self._owned.append(evaluator)
+        if timer is None and self.config.retime_best:
+            options = {k: v for k, v in evaluator_options.items() if k != "cache"}
+            timer = Evaluator(target, cache=False, **{"builders": 1, **options})
+            self._owned.append(timer)
+        self.evaluator, self.timer = evaluator, timer
+        self.reports: list[GroupReport] = []
+
+    def reference(self, workload: Any, start_script: str | None) -> Outcome:
+        """The reference outcome, measured now: the unscheduled kernel, or the given script."""
+        if start_script is not None:
+            return self._timed(workload, start_script)
+        from codegen.search.baselines import unscheduled
+
+        mod = unscheduled(workload, self.evaluator.target)
+        measured = self.evaluator.evaluate_modules(workload, {"unscheduled": mod})
+        return measured["unscheduled"]
+
+    def _timed(self, workload: Any, script: str) -> Outcome:
+        """``script`` measured by the timer (no cache), else by the evaluator."""
+        return ((self.timer or self.evaluator).evaluate(workload, [script]))[0]
+
+    def score_group(self, workload: Any, scripts: list[str],
+                    start_script: str | None = None) -> GroupReport:
+        """The rewards of ``scripts`` (completions of one prompt) on ``workload``."""
+        from dragon_dsl import format as canonical
+        from dragon_dsl.errors import DragonError
+
+        outcomes = self.evaluator.evaluate(workload, scripts)
+        reference = self.reference(workload, start_script)
+        report = GroupReport(reference.latency_s if reference.ok else None, [],
+                             reference_status=reference.status.value)
+        same = [False] * len(scripts)
+        if start_script is not None:
+            start = _trace_key(start_script, workload, self.evaluator.target)
+            for i, text in enumerate(scripts):
+                try:
+                    same[i] = canonical(text) == canonical(start_script) or (
+                        outcomes[i].ok
+                        and _trace_key(text, workload, self.evaluator.target) == start)
+                except DragonError:
+                    same[i] = False
+        if self.config.retime_best:
+            outcomes, report.noise = self._retime_best(workload, scripts, outcomes, same)
+        report.scored = [score(o, report.reference_s, self.config, same_as_start=s)
+                         for o, s in zip(outcomes, same, strict=True)]
+        self.reports.append(report)
+        return report
+
+    def _retime_best(self, workload, scripts, outcomes, same):
+        correct = [i for i, o in enumerate(outcomes) if o.ok and not same[i]]
+        if not correct:
+            return outcomes, None
+        best = min(correct, key=lambda i: outcomes[i].latency_s)
+        again = self._timed(workload, scripts[best])
+        first = outcomes[best]
+        assert first.latency_s is not None
+        if not again.ok:  # correct once, not twice: the slower verdict stands
+            outcomes = [*outcomes[:best], again, *outcomes[best + 1:]]
+            return outcomes, None
+        assert again.latency_s is not None
+        noise = abs(again.latency_s - first.latency_s) / first.latency_s
+        if again.latency_s > first.latency_s:
+            outcomes = [*outcomes[:best], replace(first, latency_s=again.latency_s),
+                        *outcomes[best + 1:]]
+        return outcomes, noise
+
+    def __call__(self, prompts: list[Any], completions: list[Any], *, workload: list[Any],
+                 start_script: list[str | None] | None = None, **_: Any) -> list[float]:
+        """TRL's reward-function signature: dataset columns arrive as lists beside the
+        completions; consecutive completions of one prompt form a group."""
+        from codegen.workloads import workload as make_workload
+
+        from .prompts import split_completion
+
+        starts = start_script or [None] * len(completions)
+        texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+        scripts = [split_completion(t, require_end=False) for t in texts]
+        rewards: list[float] = [0.0] * len(scripts)
+        i = 0
+        while i < len(scripts):
+            j = i
+            while j < len(scripts) and (prompts[j], workload[j], starts[j]) == \
+                    (prompts[i], workload[i], starts[i]):
+                j += 1
+            wl = make_workload(workload[i]) if isinstance(workload[i], str) else workload[i]
+            report = self.score_group(wl, scripts[i:j], starts[i] or None)
+            rewards[i:j] = [s.reward for s in report.scored]
+            i = j
+        return rewards
+
+    def close(self) -> None:
+        for evaluator in self._owned:
+            evaluator.close()
+
+    def __enter__(self) -> Rewarder:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _trace_key(script: str, workload: Any, target: Any) -> str | None:
+    """The script's TVM trace JSON on the workload (None when it does not decode)."""
+    import json
+
+    from dragon_dsl import to_tvm_json
+    from dragon_dsl.errors import DragonError
+
+    try:
+        return json.dumps(to_tvm_json(script, workload=workload, target=target), sort_keys=True)
+    except DragonError:
+        return None
