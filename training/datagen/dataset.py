@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .examples import SPLITS, Examples
-from .records import Record
+from .records import Record, atomic_file, current_umask
 
 __all__ = ["FEATURES", "RECORDS_FILE", "TASKS", "construction_features", "dataset_dict",
            "refinement_features", "save_atomically", "write_datasets", "write_records"]
@@ -123,35 +123,19 @@ def _save(data: Any, path: str) -> None:
 
 def _permissions(path: str) -> None:
     """The modes a plain ``mkdir``/``open`` would give (temporary files are private)."""
-    umask = _umask()
+    umask = current_umask()
     for root, _dirs, files in os.walk(path):
         os.chmod(root, 0o777 & ~umask)
         for name in files:
             os.chmod(os.path.join(root, name), 0o666 & ~umask)
 
 
-def _umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
-
-
 def write_records(out: str, records: Iterable[Record]) -> str:
-    """Every record, gzipped JSONL, to ``OUT/records.jsonl.gz`` (through a temporary file)."""
-    os.makedirs(out, exist_ok=True)
+    """Every record, gzipped JSONL, to ``OUT/records.jsonl.gz`` (through ``atomic_file``)."""
     path = os.path.join(out, RECORDS_FILE)
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".tmp-records-")
-    try:
-        with os.fdopen(fd, "wb") as raw, \
-                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
-            for record in records:
-                f.write((record.to_json() + "\n").encode())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+        for record in records:
+            f.write((record.to_json() + "\n").encode())
     return path
 
 

@@ -23,12 +23,12 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import Any
+from typing import IO, Any
 
 from dragon_dsl.errors import DragonError
 
 __all__ = ["RECORD_VERSION", "DataError", "Record", "RecordStore", "TaskSummary",
-           "write_atomically"]
+           "atomic_file", "write_atomically"]
 
 RECORD_VERSION = 1
 
@@ -115,22 +115,37 @@ class TaskSummary:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename (fsynced), so readers
-    see the old file or the whole new one, never a part."""
+@contextlib.contextmanager
+def atomic_file(path: str, mode: str = "w") -> Iterator[IO[Any]]:
+    """A file object whose content replaces ``path`` in one step when the block ends (written
+    to a temporary file, fsynced, given the mode a plain ``open`` would give, renamed), so
+    readers see the old file or the whole new one, never a part; nothing on an error."""
     folder = os.path.dirname(path) or "."
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's file is private (0600)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through ``atomic_file``."""
+    with atomic_file(path) as f:
+        f.write(text)
 
 
 class RecordStore:
