@@ -50,17 +50,17 @@ class RunReport:
 def check_manifest(out: str, settings: dict[str, Any], tasks: list[Task]) -> None:
     """Write ``OUT/datagen.json``, or check that the one there describes the same run."""
     path = os.path.join(out, MANIFEST)
-    wanted = {"version": MANIFEST_VERSION, "settings": settings,
-              "tasks": [t.key for t in tasks]}
+    # As JSON reads it back (tuples become lists), so that it compares with the file.
+    wanted = json.loads(json.dumps({"version": MANIFEST_VERSION, "settings": settings,
+                                    "tasks": [t.key for t in tasks]}))
     if os.path.exists(path):
         try:
             with open(path, encoding="utf-8") as f:
                 found = json.load(f)
         except (OSError, ValueError) as exc:
             raise DataError(f"{path}: not a datagen manifest ({exc})") from None
-        if found != json.loads(json.dumps(wanted)):
-            changed = sorted(k for k in ("version", "settings", "tasks")
-                             if found.get(k) != json.loads(json.dumps(wanted[k])))
+        if found != wanted:
+            changed = sorted(k for k in wanted if found.get(k) != wanted[k])
             raise DataError(f"{out} holds a datagen run with other {' and '.join(changed)} "
                             f"({path}); rerun with the same command to continue it, or choose "
                             f"another --out")
