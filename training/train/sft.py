@@ -207,7 +207,7 @@ def build_trainer(config: SFTRunConfig, model: Any, tokenizer: Any, data: dict[s
         eval_steps=config.eval_steps or None,
         save_strategy="steps", save_steps=config.save_steps,
         save_total_limit=config.save_total_limit,
-        bf16=config.bf16, gradient_checkpointing=config.gradient_checkpointing,
+        bf16=config.bf16, activation_checkpointing=config.gradient_checkpointing,
         deepspeed=str(deepspeed_path(config.deepspeed)) if config.deepspeed else None,
         include_num_input_tokens_seen=True, report_to="none", disable_tqdm=not progress,
         dataset_num_proc=None)
