@@ -25,7 +25,6 @@ MEASURE = MeasureConfig(repeat=5, min_repeat_ms=10.0, build_timeout_s=30.0, run_
 
 def _run(specs, workers: int, trials: int, tmp: str) -> dict:
     from training.datagen.build import build_datasets
-
     from training.datagen.generate import generate
     from training.datagen.pool import LocalPool
     from training.datagen.runner import RunnerSettings

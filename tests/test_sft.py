@@ -35,7 +35,8 @@ from training.train import (
 from training.train.sft import RunError
 
 DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
-SPECS = ["matmul(m=32,n=32,k=32)", "softmax(m=32,n=64)", "reduce(m=32,n=128)"]
+# By identity hash, softmax falls in validation (fraction 0.4) and matmul in train.
+SPECS = ["matmul(m=32,n=32,k=32)", "softmax(m=32,n=64)"]
 TARGET = {"kind": "llvm", "num-cores": 2}
 STEPS = 8
 
@@ -118,12 +119,13 @@ def test_an_invalid_config_is_refused_with_the_field_named(tmp_path, text, name)
     assert info.value.field == name and name in str(info.value)
 
 
-def test_cli_validates_the_paper_config_without_the_model():
-    done = subprocess.run([DRAGON, "sft", "--config", str(CONFIGS_DIR / "sft_paper.yaml"),
-                           "--model", "/no/such/model", "--validate"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["model"] == "/no/such/model"
+def test_cli_validates_the_paper_config_without_the_model(capsys):
+    from dragon_dsl.cli import main
+
+    code = main(["sft", "--config", str(CONFIGS_DIR / "sft_paper.yaml"), "--model",
+                 "/no/such/model", "--validate"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "/no/such/model"
 
 
 # ---- the data and the loss mask ------------------------------------------------------------
@@ -175,7 +177,8 @@ def test_loss_goes_down_and_the_run_directory_is_complete(run, data_dir):
 
     root = Path(run.run_dir)
     assert run.steps == STEPS and run.last_loss < run.first_loss
-    # One held-out workload after 8 steps: evaluated, not necessarily better yet.
+    # Evaluated at the start (random weights) and after training.  The validation split is one
+    # other family (softmax, trained on matmul only) after 8 steps: its loss need not fall.
     assert math.isfinite(run.first_eval_loss) and math.isfinite(run.last_eval_loss)
     assert run.tokens_per_second and run.tokens_per_second > 0
     rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
@@ -221,12 +224,13 @@ def test_resume_continues_at_the_checkpoint_step(run, tmp_path):
             assert r["loss"] == pytest.approx(first[r["step"]], rel=1e-3)
 
 
-def test_dragon_sample_on_the_trained_model_applies(run):
-    done = subprocess.run([DRAGON, "sample", "--model", run.final_dir, "--workload", SPECS[0],
-                           "--target", "llvm", "-n", "2", "--max-new-tokens", "256", "--json"],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    samples = json.loads(done.stdout)["samples"]
+def test_dragon_sample_on_the_trained_model_applies(run, capsys):
+    from dragon_dsl.cli import main
+
+    code = main(["sample", "--model", run.final_dir, "--workload", SPECS[0], "--target", "llvm",
+                 "-n", "2", "--max-new-tokens", "160", "--json"])
+    assert code == 0
+    samples = json.loads(capsys.readouterr().out)["samples"]
     assert len(samples) == 2
     assert all(s["parses"] for s in samples)
     assert all(s["applies"] for s in samples if s["finish_reason"] == "end")

@@ -99,10 +99,11 @@ def check_tokenizer(tokenizer: Any, texts: list[str]) -> None:
     for text in texts:
         back = tokenizer.decode(tokenizer(text, add_special_tokens=False).input_ids)
         if back != text:
-            at = next((i for i, (a, b) in enumerate(zip(text, back)) if a != b),
+            at = next((i for i, (a, b) in enumerate(zip(text, back, strict=False)) if a != b),
                       min(len(text), len(back)))
+            lo = max(0, at - 20)
             raise RunError(f"the tokenizer does not spell this text back at character {at}: "
-                           f"{text[max(0, at - 20):at + 20]!r} -> {back[max(0, at - 20):at + 20]!r}")
+                           f"{text[lo:at + 20]!r} -> {back[lo:at + 20]!r}")
 
 
 def make_tokenizer(config: SFTRunConfig, train: Any) -> Any:
@@ -204,7 +205,7 @@ def build_trainer(config: SFTRunConfig, model: Any, tokenizer: Any, data: dict[s
         completion_only_loss=True, packing=False,
         logging_steps=config.logging_steps, logging_first_step=True,
         eval_strategy="steps" if evaluate and config.eval_steps else "no",
-        eval_steps=config.eval_steps or None,
+        eval_steps=config.eval_steps or None, eval_on_start=evaluate,
         save_strategy="steps", save_steps=config.save_steps,
         save_total_limit=config.save_total_limit,
         bf16=config.bf16, activation_checkpointing=config.gradient_checkpointing,
@@ -293,7 +294,8 @@ def run_sft(config: SFTRunConfig, *, resume: bool = False, progress: bool = True
     texts = [t for split in data.values() for col in ("prompt", "completion") for t in split[col]]
     check_tokenizer(tokenizer, texts)
     lengths = [len(tokenizer(p + c, add_special_tokens=False).input_ids) + 1
-               for p, c in zip(data["train"]["prompt"], data["train"]["completion"])]
+               for p, c in zip(data["train"]["prompt"], data["train"]["completion"],
+                               strict=True)]
     truncated = sum(n > config.max_length for n in lengths)
 
     from transformers import set_seed
