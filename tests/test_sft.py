@@ -248,3 +248,18 @@ def test_cli_trains_a_small_run_end_to_end(data_dir, tmp_path):
     again = subprocess.run([DRAGON, "sft", "--preset", "tiny", "--data", str(data_dir),
                             "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "--resume" in again.stderr
+
+
+def test_lora_on_a_local_model_directory(run, data_dir, tmp_path):
+    """The `paper` path on CPU: a local model directory (the tiny run's model), LoRA adapters,
+    merged into `final/`."""
+    from transformers import AutoModelForCausalLM
+
+    config = _config(data_dir, tmp_path / "lora", model=run.final_dir, use_peft=True, lora_r=4,
+                     lora_alpha=8, lora_target_modules="q_proj,v_proj", max_steps=2,
+                     save_steps=2, eval_steps=0)
+    result = run_sft(config, progress=False)
+    assert result.steps == 2
+    assert (tmp_path / "lora" / "adapter" / "adapter_config.json").is_file()
+    merged = AutoModelForCausalLM.from_pretrained(result.final_dir, local_files_only=True)
+    assert not any("lora" in name for name, _ in merged.named_parameters())
