@@ -6,6 +6,10 @@ flags (``dragon_dsl.cli_kit`` makes one per field, from the field's help).  ``va
 the dataclass itself) checks every field without touching the model or the data, so the
 ``paper`` config validates on a machine that does not hold the 8B model.
 
+This is the layering of TRL's ``TrlParser`` (YAML under flags), done here because ``TrlParser`` is
+a parser of its own (an ``HfArgumentParser``) where ``dragon sft`` is a subcommand of the one
+``dragon`` parser, and it knows no presets; the flags come from the same dataclass fields.
+
 >>> PRESETS["tiny"].model, PRESETS["paper"].use_peft
 ('tiny', True)
 >>> SFTRunConfig(learning_rate=-1.0)
