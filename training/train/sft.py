@@ -277,20 +277,24 @@ def run_sft(config: SFTRunConfig, *, resume: bool = False, progress: bool = True
     checkpoint = last_checkpoint(run) if resume else None
     if resume and checkpoint is None:
         raise RunError(f"nothing to resume in {run}: no checkpoints/checkpoint-STEP")
-    if not resume and (run / CONFIG_FILE).exists():
+    # Under `accelerate launch` every process runs this; the first one writes the files.
+    main = int(os.environ.get("RANK", "0")) == 0
+    if main and not resume and (run / CONFIG_FILE).exists():
         raise RunError(f"{run} already holds a run (--resume continues it)")
     started = time.time()
     data = load_examples(config)
     run.mkdir(parents=True, exist_ok=True)
-    _write_config(config, run)
+    if main:
+        _write_config(config, run)
     tokenizer_dir = run / "tokenizer"
     if resume and tokenizer_dir.is_dir():
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
     else:
-        tokenizer = make_tokenizer(config, data["train"])
-        tokenizer.save_pretrained(tokenizer_dir)
+        tokenizer = make_tokenizer(config, data["train"])  # deterministic: the same everywhere
+        if main:
+            tokenizer.save_pretrained(tokenizer_dir)
     texts = [t for split in data.values() for col in ("prompt", "completion") for t in split[col]]
     check_tokenizer(tokenizer, texts)
     lengths = [len(tokenizer(p + c, add_special_tokens=False).input_ids) + 1
