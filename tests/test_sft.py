@@ -180,6 +180,11 @@ def test_loss_goes_down_and_the_run_directory_is_complete(run, data_dir):
     # Evaluated at the start (random weights) and after training.  The validation split is one
     # other family (softmax, trained on matmul only) after 8 steps: its loss need not fall.
     assert math.isfinite(run.first_eval_loss) and math.isfinite(run.last_eval_loss)
+    # keep_best: the final model is the checkpoint of the lowest eval loss, evaluated again.
+    best = [r for r in _metrics(root) if "eval_loss" in r and r["step"] > 0][:-1]
+    assert Path(run.best_checkpoint).name == \
+        f"checkpoint-{min(best, key=lambda r: r['eval_loss'])['step']}"
+    assert run.last_eval_loss == pytest.approx(min(r["eval_loss"] for r in best))
     assert run.tokens_per_second and run.tokens_per_second > 0
     rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss" in r] == list(range(1, STEPS + 1))
@@ -188,6 +193,10 @@ def test_loss_goes_down_and_the_run_directory_is_complete(run, data_dir):
     assert (root / "tokenizer" / "tokenizer.json").is_file()
     assert last_checkpoint(root).endswith(f"checkpoint-{STEPS}")
     assert json.loads((root / "result.json").read_text())["steps"] == STEPS
+
+
+def _metrics(root: Path) -> list[dict]:
+    return [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
 
 
 def test_the_final_model_loads_with_transformers_and_generates(run):

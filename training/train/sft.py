@@ -9,7 +9,8 @@ run directory::
     RUN/tokenizer/        the tokenizer (for model='tiny', trained on the train split's text)
     RUN/checkpoints/      the Trainer's checkpoint-STEP folders (weights, optimizer, RNG state)
     RUN/metrics.jsonl     one JSON object per logging step: loss, eval_loss, tokens/s, ...
-    RUN/final/            the trained model and its tokenizer (LoRA adapters merged), for
+    RUN/final/            the trained model (with keep_best, the checkpoint of the lowest
+                          eval loss) and its tokenizer (LoRA adapters merged), for
                           `dragon sample --model RUN/final`
     RUN/result.json       the run's summary (SFTResult)
 
@@ -61,6 +62,7 @@ class SFTResult:
     last_eval_loss: float | None = None
     tokens_per_second: float | None = None
     resumed_from: str | None = None
+    best_checkpoint: str | None = None  # with keep_best: the checkpoint the final model is
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -208,6 +210,8 @@ def build_trainer(config: SFTRunConfig, model: Any, tokenizer: Any, data: dict[s
         eval_steps=config.eval_steps or None, eval_on_start=evaluate,
         save_strategy="steps", save_steps=config.save_steps,
         save_total_limit=config.save_total_limit,
+        load_best_model_at_end=bool(config.keep_best and evaluate and config.eval_steps),
+        metric_for_best_model="eval_loss", greater_is_better=False,
         bf16=config.bf16, activation_checkpointing=config.gradient_checkpointing,
         deepspeed=str(deepspeed_path(config.deepspeed)) if config.deepspeed else None,
         include_num_input_tokens_seen=True, report_to="none", disable_tqdm=not progress,
@@ -310,7 +314,8 @@ def run_sft(config: SFTRunConfig, *, resume: bool = False, progress: bool = True
     trainer.train(resume_from_checkpoint=checkpoint)
     evaluated = any("eval_loss" in row and row.get("step") == trainer.state.global_step
                     for row in trainer.state.log_history)
-    if len(data["validation"]) and not evaluated:
+    best = trainer.state.best_model_checkpoint if trainer.args.load_best_model_at_end else None
+    if len(data["validation"]) and (best or not evaluated):  # the final model's eval loss
         trainer.evaluate()
     final = run / "final"
     trained = trainer.model
@@ -323,7 +328,7 @@ def run_sft(config: SFTRunConfig, *, resume: bool = False, progress: bool = True
     result = SFTResult(run_dir=str(run), final_dir=str(final), steps=trainer.state.global_step,
                        seconds=time.time() - started, train_examples=len(data["train"]),
                        eval_examples=len(data["validation"]), truncated_examples=truncated,
-                       resumed_from=checkpoint, seed=config.seed,
+                       resumed_from=checkpoint, best_checkpoint=best, seed=config.seed,
                        **_summary(run / METRICS_FILE))
     if trainer.is_world_process_zero():
         (run / RESULT_FILE).write_text(json.dumps(result.as_dict(), indent=2) + "\n",
