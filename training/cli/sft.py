@@ -77,7 +77,8 @@ def register(subparsers) -> None:
                     "`dragon datagen` output (loss on completions only), evaluate on their "
                     "validation splits, and save checkpoints, metrics and the final model in "
                     "the run directory.  The config is a preset, then --config's fields, then "
-                    "the flags given.",
+                    "the flags given (a default below is the field's own; a preset or file "
+                    "replaces it).",
         **examples("dragon sft --preset tiny --data data/tiny --out runs/sft-tiny",
                    "dragon sft --config training/configs/sft_paper.yaml --model "
                    "/models/llama-8b-instruct --data data/paper --out runs/sft-paper",
