@@ -318,13 +318,15 @@ def run_sft(config: SFTRunConfig, *, resume: bool = False, progress: bool = True
     if len(data["validation"]) and (best or not evaluated):  # the final model's eval loss
         trainer.evaluate()
     final = run / "final"
-    trained = trainer.model
     if config.use_peft:
+        # The adapters, then the model with them merged.  Under DeepSpeed ZeRO-3 the merge
+        # needs the whole weights in one process: not tried on a GPU yet (see README).
         trainer.save_model(str(run / "adapter"))
-        trained = trained.merge_and_unload()
-    if trainer.is_world_process_zero():
-        trained.save_pretrained(final)
-        tokenizer.save_pretrained(final)
+        if trainer.is_world_process_zero():
+            trainer.model.merge_and_unload().save_pretrained(final)
+            tokenizer.save_pretrained(final)
+    else:
+        trainer.save_model(str(final))  # gathers ZeRO-3 shards; saves the tokenizer too
     result = SFTResult(run_dir=str(run), final_dir=str(final), steps=trainer.state.global_step,
                        seconds=time.time() - started, train_examples=len(data["train"]),
                        eval_examples=len(data["validation"]), truncated_examples=truncated,
