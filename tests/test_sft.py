@@ -250,7 +250,8 @@ def test_cli_trains_a_small_run_end_to_end(data_dir, tmp_path):
     out = tmp_path / "run"
     done = subprocess.run([DRAGON, "sft", "--preset", "tiny", "--data", str(data_dir), "--out",
                            str(out), "--max-steps", "4", "--hidden-size", "32", "--layers", "1",
-                           "--vocab-size", "400", "--save-steps", "2", "--quiet", "--json"],
+                           "--vocab-size", "400", "--save-steps", "2", "--eval-steps", "2",
+                           "--quiet", "--json"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["steps"] == 4

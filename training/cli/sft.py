@@ -15,8 +15,10 @@ missing data, a run directory that already holds a run).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import sys
 
 from dragon_dsl.cli_kit import ExitCode, UsageError, add_config_arguments, examples
 
@@ -53,7 +55,9 @@ def cmd_sft(args) -> int:
         print(json.dumps(config_dict(config), indent=2))
         return ExitCode.OK
     try:
-        result = run_sft(config, resume=args.resume, progress=not args.quiet)
+        # The Trainer prints its logs on stdout; with --json, stdout is the summary alone.
+        with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+            result = run_sft(config, resume=args.resume, progress=not args.quiet)
     except RunError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
