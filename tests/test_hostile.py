@@ -77,7 +77,7 @@ def test_version_and_bare_invocations(capsys):
 def test_every_help_has_examples_and_no_rst_markup(capsys):
     commands = ["check", "fmt", "encode", "decode", "apply", "bench", "demo", "sample",
                 "workloads", "init-model", "workloads list", "workloads show",
-                "workloads sample", "datagen"]
+                "workloads sample", "datagen", "sft"]
     assert run(["--help"], capsys)[0] == OK
     for command in commands:
         code, out, _ = run([*command.split(), "--help"], capsys)
@@ -583,3 +583,37 @@ def test_datagen_out_must_be_a_directory(tmp_path, capsys):
     code, _, err = run(["datagen", "--out", write(tmp_path, "f", "x"), "--preset", "tiny"],
                        capsys)
     assert code == USAGE and "not a directory" in one_line(err)
+
+
+# ---- sft -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags,needle", [
+    ([], "choose a config"),
+    (["--preset", "tiny", "--lora-r", "0"], "lora_r"),
+    (["--preset", "tiny", "--tasks", "nosuch"], "tasks"),
+    (["--preset", "tiny", "--heads", "3"], "hidden_size"),
+    (["--preset", "tiny", "--use-peft"], "use_peft"),
+    (["--preset", "paper", "--deepspeed", "no/such.json"], "deepspeed"),
+    (["--preset", "tiny", "--data", "no/such/dir", "--out", "OUT"], "no construction dataset"),
+    (["--preset", "tiny", "--data", "DIR"], "run directory"),
+    (["--resume", "--out", "OUT"], "nothing to resume"),
+    (["--resume", "--preset", "tiny", "--out", "OUT"], "--resume reads"),
+    (["--config", "no/such.yaml"], "cannot read"),
+])
+def test_sft_bad_flags_fail_before_any_training(tmp_path, capsys, flags, needle):
+    flags = [str(tmp_path / "out") if f == "OUT" else str(tmp_path) if f == "DIR" else f
+             for f in flags]
+    code, _, err = run(["sft", *flags], capsys)
+    assert code == USAGE, err
+    assert needle in one_line(err)
+    assert not (tmp_path / "out").exists()
+
+
+def test_sft_config_file_names_the_bad_field(tmp_path, capsys):
+    code, _, err = run(["sft", "--config", write(tmp_path, "c.yaml", "preset: paper\nlr: 1\n")],
+                       capsys)
+    assert code == USAGE and "'lr'" in one_line(err)
+    code, _, err = run(["sft", "--config", write(tmp_path, "c.yaml", "- a\n")], capsys)
+    assert code == USAGE and "mapping" in one_line(err)
+    code, _, err = run(["sft", "--preset", "tiny", "--batch-size", "x"], capsys)
+    assert code == USAGE

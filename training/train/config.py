@@ -1,0 +1,232 @@
+"""``SFTRunConfig``: what ``dragon sft`` trains, on what, and how; the named presets.
+
+A config comes from three layers, later ones winning: a preset (``PRESETS``), a YAML file
+(``load_yaml``: a mapping of field names, a ``preset:`` key naming the base), and command-line
+flags (``dragon_dsl.cli_kit`` makes one per field, from the field's help).  ``validate`` (run by
+the dataclass itself) checks every field without touching the model or the data, so the
+``paper`` config validates on a machine that does not hold the 8B model.
+
+This is the layering of TRL's ``TrlParser`` (YAML under flags), done here because ``TrlParser`` is
+a parser of its own (an ``HfArgumentParser``) where ``dragon sft`` is a subcommand of the one
+``dragon`` parser, and it knows no presets; the flags come from the same dataclass fields.
+
+>>> PRESETS["tiny"].model, PRESETS["paper"].use_peft
+('tiny', True)
+>>> SFTRunConfig(learning_rate=-1.0)
+Traceback (most recent call last):
+...
+training.train.config.ConfigError: Expected learning_rate > 0 but got learning_rate=-1.0
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dragon_dsl.errors import DragonError
+
+__all__ = ["CONFIGS_DIR", "PRESETS", "TASKS", "ConfigError", "SFTRunConfig", "config_dict",
+           "deepspeed_path", "load_yaml", "resolve"]
+
+TASKS = ("construction", "refinement")
+TINY = "tiny"
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
+
+
+class ConfigError(DragonError, ValueError):
+    """A config file or field that cannot be used; ``field`` names the field (or key)."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _help(text: str, **extra: Any) -> dict[str, Any]:
+    return {"help": text, **extra}
+
+
+@dataclass(frozen=True)
+class SFTRunConfig:
+    """One supervised fine-tuning run: data, model, optimisation, run directory, LoRA."""
+
+    data: str = field(default="", metadata=_help(
+        "A `dragon datagen` output directory (its construction/ and refinement/ datasets)."))
+    tasks: str = field(default="construction,refinement", metadata=_help(
+        "Comma-separated datasets trained on together (construction, refinement)."))
+    out: str = field(default="", metadata=_help("The run directory (created if needed)."))
+    model: str = field(default=TINY, metadata=_help(
+        "'tiny' (a small Llama built from a config, trained from scratch with a tokenizer "
+        "trained on the data) or a local model directory (nothing is downloaded)."))
+    hidden_size: int = field(default=128, metadata=_help("tiny: the model's width."))
+    layers: int = field(default=4, metadata=_help("tiny: transformer layers."))
+    heads: int = field(default=4, metadata=_help("tiny: attention heads (divides hidden_size)."))
+    vocab_size: int = field(default=2048, metadata=_help(
+        "tiny: the BPE vocabulary trained on the train split's prompts and completions."))
+    min_frequency: int = field(default=2, metadata=_help(
+        "tiny: a pair is merged only when it occurs at least this often."))
+    max_steps: int = field(default=-1, metadata=_help(
+        "Optimizer steps; -1 trains for `epochs` instead."))
+    epochs: float = field(default=3.0, metadata=_help("Passes over the train split."))
+    learning_rate: float = field(default=2e-4, metadata=_help("Peak learning rate."))
+    lr_scheduler: str = field(default="cosine", metadata=_help(
+        "Learning-rate schedule after warm-up.", choices=_SCHEDULERS))
+    warmup_steps: int = field(default=0, metadata=_help("Linear warm-up steps."))
+    weight_decay: float = field(default=0.0, metadata=_help("AdamW weight decay."))
+    batch_size: int = field(default=8, metadata=_help("Examples per device per step."))
+    grad_accum: int = field(default=1, metadata=_help("Gradient accumulation steps."))
+    max_length: int = field(default=2048, metadata=_help(
+        "Longest prompt + completion in tokens; longer examples are truncated (and counted)."))
+    seed: int = field(default=0, metadata=_help("Seed of the model init, shuffling, dropout."))
+    logging_steps: int = field(default=10, metadata=_help("Steps between metrics lines."))
+    eval_steps: int = field(default=100, metadata=_help(
+        "Steps between evaluations on the validation split (0: only at the end)."))
+    max_eval_examples: int = field(default=0, metadata=_help(
+        "Evaluate on at most this many validation examples (0: all)."))
+    save_steps: int = field(default=100, metadata=_help("Steps between checkpoints."))
+    save_total_limit: int = field(default=2, metadata=_help(
+        "Checkpoints kept (the newest, and the best one with keep_best)."))
+    keep_best: bool = field(default=True, metadata=_help(
+        "The final model is the checkpoint of the lowest eval loss, not the last one (needs "
+        "eval_steps > 0 dividing save_steps)."))
+    use_peft: bool = field(default=False, metadata=_help(
+        "Train LoRA adapters (peft) instead of every weight."))
+    lora_r: int = field(default=16, metadata=_help("LoRA rank."))
+    lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator."))
+    lora_dropout: float = field(default=0.05, metadata=_help("Dropout on the LoRA inputs."))
+    lora_target_modules: str = field(default="all-linear", metadata=_help(
+        "Modules given adapters: 'all-linear' or comma-separated names (q_proj,v_proj)."))
+    bf16: bool = field(default=False, metadata=_help("Train in bfloat16 mixed precision."))
+    gradient_checkpointing: bool = field(default=False, metadata=_help(
+        "Recompute activations in the backward pass (less memory, more time)."))
+    deepspeed: str = field(default="", metadata=_help(
+        "A DeepSpeed JSON config (a path, or a file name in training/configs/); empty: none."))
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def task_list(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
+
+
+def validate(config: SFTRunConfig) -> None:
+    """Raise ``ConfigError`` naming the first field that is not sane (no file is opened except
+    a named DeepSpeed config, which must exist)."""
+    def need(ok: bool, name: str, expected: str) -> None:
+        if not ok:
+            raise ConfigError(f"Expected {name} {expected} but got "
+                              f"{name}={getattr(config, name)!r}", field=name)
+
+    hints = typing.get_type_hints(SFTRunConfig)
+    for f in dataclasses.fields(SFTRunConfig):
+        value, kind = getattr(config, f.name), hints[f.name]
+        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        need(ok, f.name, f"a {kind.__name__}")
+    need(bool(config.task_list) and set(config.task_list) <= set(TASKS), "tasks",
+         f"a comma-separated subset of {','.join(TASKS)}")
+    need(bool(config.model.strip()), "model", "'tiny' or a local model directory")
+    for name in ("hidden_size", "layers", "heads", "batch_size", "grad_accum", "max_length",
+                 "logging_steps", "save_steps", "save_total_limit", "lora_r", "lora_alpha"):
+        need(getattr(config, name) >= 1, name, ">= 1")
+    need(config.hidden_size % config.heads == 0, "hidden_size", "a multiple of heads")
+    need(config.vocab_size >= 259, "vocab_size", ">= 259 (every byte and 3 special tokens)")
+    need(config.min_frequency >= 1, "min_frequency", ">= 1")
+    need(config.max_steps == -1 or config.max_steps >= 1, "max_steps", "-1 or >= 1")
+    need(config.epochs > 0, "epochs", "> 0")
+    need(config.learning_rate > 0, "learning_rate", "> 0")
+    need(config.lr_scheduler in _SCHEDULERS, "lr_scheduler", f"one of {_SCHEDULERS}")
+    for name in ("warmup_steps", "eval_steps", "max_eval_examples"):
+        need(getattr(config, name) >= 0, name, ">= 0")
+    need(config.weight_decay >= 0, "weight_decay", ">= 0")
+    need(not (config.keep_best and config.eval_steps) or config.save_steps % config.eval_steps == 0,
+         "save_steps", "a multiple of eval_steps (keep_best compares checkpoints' eval loss)")
+    need(0 <= config.lora_dropout < 1, "lora_dropout", "in [0, 1)")
+    need(bool(config.lora_target_modules.strip()), "lora_target_modules",
+         "'all-linear' or module names")
+    need(not (config.use_peft and config.model == TINY), "use_peft",
+         "False with model='tiny' (a model trained from scratch trains every weight)")
+    if config.deepspeed:
+        need(deepspeed_path(config.deepspeed).is_file(), "deepspeed",
+             "a DeepSpeed JSON file (a path, or a name in training/configs/)")
+
+
+def deepspeed_path(name: str) -> Path:
+    """``name`` as given when it is a file, else the file of that name in ``CONFIGS_DIR``."""
+    path = Path(name)
+    return path if path.is_file() else CONFIGS_DIR / name
+
+
+PRESETS: dict[str, SFTRunConfig] = {
+    # About 6 minutes on 2 idle CPU cores (2.3 s a step) on `dragon datagen --preset tiny` data.
+    "tiny": SFTRunConfig(model=TINY, hidden_size=256, layers=4, heads=4, vocab_size=2048,
+                         max_steps=150, learning_rate=2e-3, warmup_steps=20, batch_size=8,
+                         max_length=1024, logging_steps=10, eval_steps=25,
+                         max_eval_examples=64, save_steps=25),
+    # An 8B instruct model from a local path (--model), LoRA, bf16, DeepSpeed ZeRO-3 under
+    # `accelerate launch`; 8 GPUs x batch 4 x accumulation 4 = 128 examples a step.
+    "paper": SFTRunConfig(model="models/Llama-3.1-8B-Instruct", use_peft=True, lora_r=64,
+                          lora_alpha=128, lora_dropout=0.05, lora_target_modules="all-linear",
+                          bf16=True, gradient_checkpointing=True, epochs=3.0,
+                          learning_rate=1e-4, warmup_steps=100, batch_size=4, grad_accum=4,
+                          max_length=4096, logging_steps=10, eval_steps=200,
+                          max_eval_examples=2000, save_steps=200, save_total_limit=3,
+                          deepspeed="deepspeed_zero3.json"),
+}
+
+
+def config_dict(config: SFTRunConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping in a YAML config file; ``ConfigError`` for an unreadable file, a file that
+    is not a mapping, or a key that is not a field (``preset`` names the base config)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not YAML: {exc}") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: Expected a mapping of field names but got "
+                          f"{type(data).__name__}")
+    names = {f.name for f in dataclasses.fields(SFTRunConfig)} | {"preset"}
+    for key in data:
+        if key not in names:
+            raise ConfigError(f"{path}: unknown field {key!r} (fields: "
+                              f"{', '.join(sorted(names))})", field=str(key))
+    return data
+
+
+def resolve(preset: str | None = None, file: str | Path | None = None,
+            **overrides: Any) -> SFTRunConfig:
+    """The config of ``preset``, then ``file``'s fields, then ``overrides`` (flags given)."""
+    values: dict[str, Any] = {}
+    from_file = load_yaml(file) if file else {}
+    name = preset or from_file.pop("preset", None)
+    from_file.pop("preset", None)
+    if name is not None:
+        if name not in PRESETS:
+            raise ConfigError(f"Expected a preset in {sorted(PRESETS)} but got preset={name!r}",
+                              field="preset")
+        values = config_dict(PRESETS[name])
+    values.update(from_file)
+    values.update(overrides)
+    # YAML writes 2e-4 as a string and ints where floats are meant: convert by the field type.
+    hints = typing.get_type_hints(SFTRunConfig)
+    for key, value in values.items():
+        if hints[key] is float and isinstance(value, (int, str)) and not isinstance(value, bool):
+            try:
+                values[key] = float(value)
+            except ValueError:
+                pass  # validate names the field
+    return SFTRunConfig(**values)

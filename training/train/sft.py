@@ -1,0 +1,338 @@
+"""Supervised fine-tuning with TRL's ``SFTTrainer`` on the construction and refinement datasets.
+
+Both datasets' train splits are trained on together as prompt/completion pairs, so the loss
+covers the completion (the script and its ``<end>`` line, then EOS) and never the prompt
+(``SFTConfig(completion_only_loss=True)``); their validation splits are the eval set.  The
+run directory::
+
+    RUN/config.yaml       the resolved SFTRunConfig (a resumed run reads it back)
+    RUN/tokenizer/        the tokenizer (for model='tiny', trained on the train split's text)
+    RUN/checkpoints/      the Trainer's checkpoint-STEP folders (weights, optimizer, RNG state)
+    RUN/metrics.jsonl     one JSON object per logging step: loss, eval_loss, tokens/s, ...
+    RUN/final/            the trained model (with keep_best, the checkpoint of the lowest
+                          eval loss) and its tokenizer (LoRA adapters merged), for
+                          `dragon sample --model RUN/final`
+    RUN/result.json       the run's summary (SFTResult)
+
+``run_sft(config, resume=True)`` continues from the newest checkpoint with the Trainer's
+``resume_from_checkpoint`` (same step, optimizer, scheduler and data order).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dragon_dsl.errors import DragonError
+
+from .config import TINY, SFTRunConfig, config_dict, deepspeed_path, resolve
+
+__all__ = ["MetricsCallback", "RunError", "SFTResult", "build_trainer", "check_tokenizer",
+           "last_checkpoint", "load_examples", "make_model", "make_tokenizer", "resumed_config",
+           "run_sft"]
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+RESULT_FILE = "result.json"
+
+
+class RunError(DragonError):
+    """A run that cannot start: missing data, a run directory in use, nothing to resume."""
+
+
+@dataclass
+class SFTResult:
+    """What a run did; also written to ``RUN/result.json``."""
+
+    run_dir: str
+    final_dir: str
+    steps: int
+    seconds: float
+    train_examples: int
+    eval_examples: int
+    truncated_examples: int
+    first_loss: float | None = None
+    last_loss: float | None = None
+    first_eval_loss: float | None = None
+    last_eval_loss: float | None = None
+    tokens_per_second: float | None = None
+    resumed_from: str | None = None
+    best_checkpoint: str | None = None  # with keep_best: the checkpoint the final model is
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def load_examples(config: SFTRunConfig) -> dict[str, Any]:
+    """``{"train": Dataset, "validation": Dataset}`` of prompt/completion rows, the tasks of
+    ``config.tasks`` concatenated (train shuffled with the seed)."""
+    from datasets import concatenate_datasets, load_from_disk
+
+    root = Path(config.data)
+    splits: dict[str, list] = {"train": [], "validation": []}
+    for task in config.task_list:
+        path = root / task
+        if not (path / "dataset_dict.json").is_file():
+            raise RunError(f"no {task} dataset in {root} (expected {path}/ written by "
+                           "`dragon datagen`)")
+        data = load_from_disk(str(path))
+        for split in splits:
+            if split not in data:
+                raise RunError(f"{path} has no {split} split")
+            splits[split].append(data[split].select_columns(["prompt", "completion"]))
+    train = concatenate_datasets(splits["train"]).shuffle(seed=config.seed)
+    validation = concatenate_datasets(splits["validation"])
+    if config.max_eval_examples and len(validation) > config.max_eval_examples:
+        validation = validation.shuffle(seed=config.seed).select(range(config.max_eval_examples))
+    if len(train) == 0:
+        raise RunError(f"the train splits of {config.tasks} in {root} are empty")
+    return {"train": train, "validation": validation}
+
+
+def check_tokenizer(tokenizer: Any, texts: list[str]) -> None:
+    """Raise ``RunError`` unless every text comes back byte for byte from its tokens."""
+    for text in texts:
+        back = tokenizer.decode(tokenizer(text, add_special_tokens=False).input_ids)
+        if back != text:
+            at = next((i for i, (a, b) in enumerate(zip(text, back, strict=False)) if a != b),
+                      min(len(text), len(back)))
+            lo = max(0, at - 20)
+            raise RunError(f"the tokenizer does not spell this text back at character {at}: "
+                           f"{text[lo:at + 20]!r} -> {back[lo:at + 20]!r}")
+
+
+def make_tokenizer(config: SFTRunConfig, train: Any) -> Any:
+    """For ``tiny``, a byte-level BPE trained on the train split's prompts and completions;
+    else the model directory's own tokenizer."""
+    if config.model == TINY:
+        from ..tokenizer import train_tokenizer
+
+        texts = list(train["prompt"]) + list(train["completion"])
+        return train_tokenizer(texts, config.vocab_size, config.min_frequency)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(config.model, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def make_model(config: SFTRunConfig, tokenizer: Any) -> Any:
+    """For ``tiny``, a Llama of the config's size with random weights (seeded); else the local
+    model directory's weights (bf16 when ``config.bf16``)."""
+    import torch
+
+    if config.model == TINY:
+        from ..tokenizer import tiny_model
+
+        torch.manual_seed(config.seed)
+        model = tiny_model(tokenizer, hidden_size=config.hidden_size,
+                           intermediate_size=4 * config.hidden_size,
+                           num_hidden_layers=config.layers, num_attention_heads=config.heads,
+                           num_key_value_heads=config.heads,
+                           max_position_embeddings=config.max_length)
+        return model.train()
+    from transformers import AutoModelForCausalLM
+
+    dtype = torch.bfloat16 if config.bf16 else "auto"
+    return AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True, dtype=dtype)
+
+
+class MetricsCallback:
+    """Appends each of the Trainer's logs to ``RUN/metrics.jsonl`` with the step, the wall
+    time and the training tokens per second since the previous line."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._mark: tuple[float, int] | None = None
+
+    def _tokens(self, state: Any, logs: dict[str, Any]) -> int:
+        # TRL's count of the tokens attended to; the Trainer's own count includes padding.
+        return int(logs.get("num_tokens") or getattr(state, "num_input_tokens_seen", 0) or 0)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
+               **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        now = time.time()
+        line: dict[str, Any] = {"step": state.global_step, "epoch": state.epoch, "time": now,
+                                **logs}
+        if "loss" in logs:
+            tokens = self._tokens(state, logs)
+            if self._mark is not None and now > self._mark[0] and tokens > self._mark[1]:
+                line["tokens_per_second"] = (tokens - self._mark[1]) / (now - self._mark[0])
+            self._mark = (now, tokens)
+        with self.path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")
+
+
+def _callback(path: Path) -> Any:
+    from transformers import TrainerCallback
+
+    # TrainerCallback's no-op hooks, with MetricsCallback's on_log.
+    kind = type("JsonlMetrics", (MetricsCallback, TrainerCallback), {})
+    return kind(path)
+
+
+def last_checkpoint(run_dir: str | Path) -> str | None:
+    """The newest ``checkpoint-STEP`` in ``RUN/checkpoints``, or None."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    folder = Path(run_dir) / "checkpoints"
+    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
+
+
+def build_trainer(config: SFTRunConfig, model: Any, tokenizer: Any, data: dict[str, Any], *,
+                  progress: bool = True) -> Any:
+    """TRL's ``SFTTrainer`` for ``config`` (checkpoints and metrics in ``config.out``)."""
+    from trl import SFTConfig, SFTTrainer
+
+    run = Path(config.out)
+    evaluate = len(data["validation"]) > 0
+    args = SFTConfig(
+        output_dir=str(run / "checkpoints"), seed=config.seed, data_seed=config.seed,
+        max_steps=config.max_steps, num_train_epochs=config.epochs,
+        learning_rate=config.learning_rate, lr_scheduler_type=config.lr_scheduler,
+        warmup_steps=config.warmup_steps, weight_decay=config.weight_decay,
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=config.batch_size,
+        gradient_accumulation_steps=config.grad_accum, max_length=config.max_length,
+        completion_only_loss=True, packing=False,
+        logging_steps=config.logging_steps, logging_first_step=True,
+        eval_strategy="steps" if evaluate and config.eval_steps else "no",
+        eval_steps=config.eval_steps or None, eval_on_start=evaluate,
+        save_strategy="steps", save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit,
+        load_best_model_at_end=bool(config.keep_best and evaluate and config.eval_steps),
+        metric_for_best_model="eval_loss", greater_is_better=False,
+        bf16=config.bf16, activation_checkpointing=config.gradient_checkpointing,
+        deepspeed=str(deepspeed_path(config.deepspeed)) if config.deepspeed else None,
+        include_num_input_tokens_seen=True, report_to="none", disable_tqdm=not progress,
+        dataset_num_proc=None)
+    peft_config = None
+    if config.use_peft:
+        from peft import LoraConfig
+
+        modules = config.lora_target_modules
+        targets: Any = modules if modules == "all-linear" else \
+            [m.strip() for m in modules.split(",") if m.strip()]
+        peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
+                                 lora_dropout=config.lora_dropout, target_modules=targets,
+                                 task_type="CAUSAL_LM")
+    return SFTTrainer(model=model, args=args, train_dataset=data["train"],
+                      eval_dataset=data["validation"] if evaluate else None,
+                      processing_class=tokenizer, peft_config=peft_config,
+                      callbacks=[_callback(run / METRICS_FILE)])
+
+
+def _write_config(config: SFTRunConfig, run: Path) -> None:
+    import yaml
+
+    text = yaml.safe_dump(config_dict(config), sort_keys=False)
+    tmp = run / f".{CONFIG_FILE}.tmp"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, run / CONFIG_FILE)
+
+
+def resumed_config(run_dir: str | Path, **overrides: Any) -> SFTRunConfig:
+    """The config a run directory was started with (``RUN/config.yaml``), with overrides."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise RunError(f"nothing to resume in {run_dir}: no {CONFIG_FILE}")
+    return resolve(file=path, **{"out": str(run_dir), **overrides})
+
+
+def _summary(metrics: Path) -> dict[str, Any]:
+    losses, evals, speeds = [], [], []
+    if metrics.is_file():
+        for line in metrics.read_text(encoding="utf-8").splitlines():
+            row = json.loads(line)
+            if "loss" in row:
+                losses.append(row["loss"])
+            if "eval_loss" in row:
+                evals.append(row["eval_loss"])
+            if "tokens_per_second" in row:
+                speeds.append(row["tokens_per_second"])
+    return {"first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None,
+            "first_eval_loss": evals[0] if evals else None,
+            "last_eval_loss": evals[-1] if evals else None,
+            "tokens_per_second": sum(speeds) / len(speeds) if speeds else None}
+
+
+def run_sft(config: SFTRunConfig, *, resume: bool = False, progress: bool = True) -> SFTResult:
+    """Train as ``config`` says, in ``config.out``; with ``resume``, continue from the newest
+    checkpoint there.  A run directory that already holds a run is refused without
+    ``resume``."""
+    if not config.data:
+        raise RunError("name the data: a `dragon datagen` output directory (data)")
+    if not config.out:
+        raise RunError("name the run directory (out)")
+    if config.model != TINY and not Path(config.model).is_dir():
+        raise RunError(f"no local model directory {config.model} (nothing is downloaded)")
+    run = Path(config.out)
+    checkpoint = last_checkpoint(run) if resume else None
+    if resume and checkpoint is None:
+        raise RunError(f"nothing to resume in {run}: no checkpoints/checkpoint-STEP")
+    # Under `accelerate launch` every process runs this; the first one writes the files.
+    main = int(os.environ.get("RANK", "0")) == 0
+    if main and not resume and (run / CONFIG_FILE).exists():
+        raise RunError(f"{run} already holds a run (--resume continues it)")
+    started = time.time()
+    data = load_examples(config)
+    run.mkdir(parents=True, exist_ok=True)
+    if main:
+        _write_config(config, run)
+    tokenizer_dir = run / "tokenizer"
+    if resume and tokenizer_dir.is_dir():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
+    else:
+        tokenizer = make_tokenizer(config, data["train"])  # deterministic: the same everywhere
+        if main:
+            tokenizer.save_pretrained(tokenizer_dir)
+    texts = [t for split in data.values() for col in ("prompt", "completion") for t in split[col]]
+    check_tokenizer(tokenizer, texts)
+    lengths = [len(tokenizer(p + c, add_special_tokens=False).input_ids) + 1
+               for p, c in zip(data["train"]["prompt"], data["train"]["completion"],
+                               strict=True)]
+    truncated = sum(n > config.max_length for n in lengths)
+
+    from transformers import set_seed
+
+    set_seed(config.seed)
+    model = make_model(config, tokenizer)
+    trainer = build_trainer(config, model, tokenizer, data, progress=progress)
+    trainer.train(resume_from_checkpoint=checkpoint)
+    evaluated = any("eval_loss" in row and row.get("step") == trainer.state.global_step
+                    for row in trainer.state.log_history)
+    best = trainer.state.best_model_checkpoint if trainer.args.load_best_model_at_end else None
+    if len(data["validation"]) and (best or not evaluated):  # the final model's eval loss
+        trainer.evaluate()
+    final = run / "final"
+    if config.use_peft:
+        # The adapters, then the model with them merged.  Under DeepSpeed ZeRO-3 the merge
+        # needs the whole weights in one process: not tried on a GPU yet (see README).
+        trainer.save_model(str(run / "adapter"))
+        if trainer.is_world_process_zero():
+            trainer.model.merge_and_unload().save_pretrained(final)
+            tokenizer.save_pretrained(final)
+    else:
+        trainer.save_model(str(final))  # gathers ZeRO-3 shards; saves the tokenizer too
+    result = SFTResult(run_dir=str(run), final_dir=str(final), steps=trainer.state.global_step,
+                       seconds=time.time() - started, train_examples=len(data["train"]),
+                       eval_examples=len(data["validation"]), truncated_examples=truncated,
+                       resumed_from=checkpoint, best_checkpoint=best, seed=config.seed,
+                       **_summary(run / METRICS_FILE))
+    if trainer.is_world_process_zero():
+        (run / RESULT_FILE).write_text(json.dumps(result.as_dict(), indent=2) + "\n",
+                                       encoding="utf-8")
+    return result
