@@ -28,8 +28,8 @@ from typing import Any
 
 from dragon_dsl.errors import DragonError
 
-__all__ = ["CONFIGS_DIR", "PRESETS", "TASKS", "ConfigError", "SFTRunConfig", "config_dict",
-           "deepspeed_path", "load_yaml", "resolve"]
+__all__ = ["CONFIGS_DIR", "PRESETS", "TASKS", "ConfigError", "SFTRunConfig", "check_types",
+           "config_dict", "deepspeed_path", "load_yaml", "resolve", "resolve_config"]
 
 TASKS = ("construction", "refinement")
 TINY = "tiny"
@@ -121,13 +121,7 @@ def validate(config: SFTRunConfig) -> None:
             raise ConfigError(f"Expected {name} {expected} but got "
                               f"{name}={getattr(config, name)!r}", field=name)
 
-    hints = typing.get_type_hints(SFTRunConfig)
-    for f in dataclasses.fields(SFTRunConfig):
-        value, kind = getattr(config, f.name), hints[f.name]
-        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            ok = True
-        need(ok, f.name, f"a {kind.__name__}")
+    check_types(config)
     need(bool(config.task_list) and set(config.task_list) <= set(TASKS), "tasks",
          f"a comma-separated subset of {','.join(TASKS)}")
     need(bool(config.model.strip()), "model", "'tiny' or a local model directory")
@@ -156,6 +150,20 @@ def validate(config: SFTRunConfig) -> None:
              "a DeepSpeed JSON file (a path, or a name in training/configs/)")
 
 
+def check_types(config: Any) -> None:
+    """Raise ``ConfigError`` naming the first field of a config dataclass whose value is not of
+    the field's type (an int is a float; a bool is not an int)."""
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value, kind = getattr(config, f.name), hints[f.name]
+        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            ok = True
+        if not ok:
+            raise ConfigError(f"Expected {f.name} a {kind.__name__} but got "
+                              f"{f.name}={value!r}", field=f.name)
+
+
 def deepspeed_path(name: str) -> Path:
     """``name`` as given when it is a file, else the file of that name in ``CONFIGS_DIR``."""
     path = Path(name)
@@ -180,11 +188,11 @@ PRESETS: dict[str, SFTRunConfig] = {
 }
 
 
-def config_dict(config: SFTRunConfig) -> dict[str, Any]:
+def config_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
+def load_yaml(path: str | Path, kind: type = SFTRunConfig) -> dict[str, Any]:
     """The mapping in a YAML config file; ``ConfigError`` for an unreadable file, a file that
     is not a mapping, or a key that is not a field (``preset`` names the base config)."""
     import yaml
@@ -199,7 +207,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: Expected a mapping of field names but got "
                           f"{type(data).__name__}")
-    names = {f.name for f in dataclasses.fields(SFTRunConfig)} | {"preset"}
+    names = {f.name for f in dataclasses.fields(kind)} | {"preset"}
     for key in data:
         if key not in names:
             raise ConfigError(f"{path}: unknown field {key!r} (fields: "
@@ -210,23 +218,29 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 def resolve(preset: str | None = None, file: str | Path | None = None,
             **overrides: Any) -> SFTRunConfig:
     """The config of ``preset``, then ``file``'s fields, then ``overrides`` (flags given)."""
+    return resolve_config(SFTRunConfig, PRESETS, preset, file, overrides)
+
+
+def resolve_config(kind: type, presets: dict[str, Any], preset: str | None,
+                   file: str | Path | None, overrides: dict[str, Any]) -> Any:
+    """A ``kind`` config: the preset's fields, then ``file``'s, then ``overrides``."""
     values: dict[str, Any] = {}
-    from_file = load_yaml(file) if file else {}
+    from_file = load_yaml(file, kind) if file else {}
     name = preset or from_file.pop("preset", None)
     from_file.pop("preset", None)
     if name is not None:
-        if name not in PRESETS:
-            raise ConfigError(f"Expected a preset in {sorted(PRESETS)} but got preset={name!r}",
+        if name not in presets:
+            raise ConfigError(f"Expected a preset in {sorted(presets)} but got preset={name!r}",
                               field="preset")
-        values = config_dict(PRESETS[name])
+        values = config_dict(presets[name])
     values.update(from_file)
     values.update(overrides)
     # YAML writes 2e-4 as a string and ints where floats are meant: convert by the field type.
-    hints = typing.get_type_hints(SFTRunConfig)
+    hints = typing.get_type_hints(kind)
     for key, value in values.items():
         if hints[key] is float and isinstance(value, (int, str)) and not isinstance(value, bool):
             try:
                 values[key] = float(value)
             except ValueError:
                 pass  # validate names the field
-    return SFTRunConfig(**values)
+    return kind(**values)

@@ -1,0 +1,430 @@
+"""Reinforcement learning with TRL's ``GRPOTrainer``: rollouts by schedule-aware decoding,
+rewards measured by ``training.reward.Rewarder``.
+
+The prompts are the distinct prompts of the ``dragon datagen`` train splits (construction: a
+kernel; refinement: a kernel and a script to improve).  Each step samples ``num_generations``
+completions of each prompt with ``training.sampling.schedule_rollout`` (every statement is
+checked against the live schedule, so every completion applies), measures them on the target
+(verified against the unscheduled kernel's outputs, timed against a reference measured in the
+same step) and takes a GRPO step on the group-relative advantages.  The run directory::
+
+    RUN/config.yaml        the resolved RLRunConfig (a resumed run reads it back)
+    RUN/checkpoints/       the Trainer's checkpoint-STEP folders
+    RUN/metrics.jsonl      one JSON object per logging step: reward, its components, times
+    RUN/measure-cache.sqlite  measurements of this run (the best of a group is re-timed without)
+    RUN/final/             the trained model and its tokenizer
+    RUN/result.json        the run's summary (RLResult)
+
+Policy-gradient ratio under masking.  The rollout returns the logprobs of the kept tokens under
+the mask actually applied.  TRL's transformers path (``use_vllm=False``) does not use rollout
+logprobs: with one optimisation pass per generation it sets the old logprobs to the current
+model's, detached, so the ratio is exactly 1 and the gradient is that of the unmasked log
+probability of each kept token.  TRL reads rollout logprobs only for its vLLM
+importance-sampling correction, where ``exp(old - sampling)`` is the share of probability the
+mask kept (at most 1); ``mask/kept_mass`` in the metrics logs that share, so one can see how far
+the correction would reweight (``token_truncate``) or drop (``*_mask`` modes, below
+``vllm_importance_sampling_clip_min``) masked rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import config_dict, deepspeed_path
+from .rl_config import RLRunConfig, resolve_rl
+from .sft import METRICS_FILE, RESULT_FILE, MetricsCallback, RunError, last_checkpoint
+
+__all__ = ["MeasuredReward", "RLResult", "TimedRollout", "build_grpo_trainer", "data_target",
+           "load_prompts", "model_dir", "resumed_rl_config", "run_rl"]
+
+CONFIG_FILE = "config.yaml"
+CACHE_FILE = "measure-cache.sqlite"
+
+
+@dataclass
+class RLResult:
+    """What a run did; also written to ``RUN/result.json``."""
+
+    run_dir: str
+    final_dir: str
+    steps: int
+    seconds: float
+    prompts: int
+    first_reward: float | None = None
+    last_reward: float | None = None
+    mean_reward_first_half: float | None = None
+    mean_reward_second_half: float | None = None
+    correct_share: float | None = None
+    generation_share: float | None = None
+    measurement_share: float | None = None
+    resumed_from: str | None = None
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def model_dir(model: str) -> Path:
+    """The model directory of ``model``: a run directory's ``final/``, or the directory."""
+    path = Path(model)
+    if (path / "final" / "config.json").is_file():
+        return path / "final"
+    if (path / "config.json").is_file():
+        return path
+    raise RunError(f"no model in {model}: expected a model directory (config.json) or an SFT "
+                   "run directory with final/ (nothing is downloaded)")
+
+
+def data_target(data: str | Path) -> dict[str, Any]:
+    """The target a ``dragon datagen`` output was searched for (its ``datagen.json``)."""
+    path = Path(data) / "datagen.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["settings"]["target"]
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise RunError(f"cannot read the data's target from {path}: {exc}; give --target")
+
+
+def load_prompts(config: RLRunConfig) -> Any:
+    """A ``Dataset`` of distinct prompts (``prompt``, ``workload``, ``start_script`` ("" for
+    construction), ``task``) from the train splits of ``config.tasks``, shuffled with the seed;
+    with ``max_prompts``, the first ones taken from the tasks in turn."""
+    from datasets import Dataset, load_from_disk
+
+    root = Path(config.data)
+    per_task: list[list[dict[str, str]]] = []
+    for task in config.task_list:
+        path = root / task
+        if not (path / "dataset_dict.json").is_file():
+            raise RunError(f"no {task} dataset in {root} (expected {path}/ written by "
+                           "`dragon datagen`)")
+        train = load_from_disk(str(path))["train"].shuffle(seed=config.seed)
+        seen: set[str] = set()
+        rows = []
+        for row in train:
+            if row["prompt"] in seen:
+                continue
+            seen.add(row["prompt"])
+            rows.append({"prompt": row["prompt"], "workload": row["workload"],
+                         "start_script": row.get("start_script") or "", "task": task})
+        per_task.append(rows)
+    merged = [row for group in _interleave(per_task) for row in group]
+    if config.max_prompts:
+        merged = merged[:config.max_prompts]
+    if not merged:
+        raise RunError(f"the train splits of {config.tasks} in {root} hold no prompts")
+    return Dataset.from_list(merged)
+
+
+def _interleave(groups: list[list[dict]]) -> list[list[dict]]:
+    out, width = [], max((len(g) for g in groups), default=0)
+    for i in range(width):
+        out.append([g[i] for g in groups if i < len(g)])
+    return out
+
+
+class TimedRollout:
+    """``schedule_rollout`` for the prompts' workloads, timed; also passes on, per completion,
+    ``kept_mass``: the mean share of the model's probability the mask kept at its tokens."""
+
+    def __init__(self, workloads: dict[str, str], target: Any, *, stop: str | None = None,
+                 config: Any = None) -> None:
+        from codegen.workloads import workload as make_workload
+
+        from ..prompts import STOP
+        from ..sampling.schedule_aware import schedule_aware_generate
+
+        self._specs = workloads
+        self._made: dict[str, Any] = {}
+        self._make = make_workload
+        self._generate = schedule_aware_generate
+        self.target = target
+        self.stop = STOP if stop is None else stop
+        self.config = config
+        self.seconds: list[float] = []
+
+    def workload(self, prompt: str) -> Any:
+        spec = self._specs[prompt]
+        if spec not in self._made:
+            self._made[spec] = self._make(spec)
+        return self._made[spec]
+
+    def __call__(self, prompts: list, trainer: Any) -> dict[str, Any]:
+        from trl.models import unwrap_model_for_generation
+
+        from ..sampling.rollout import _prompt_ids
+
+        started = time.perf_counter()
+        tok = trainer.processing_class
+        generation = trainer.generation_config
+        eos = list(trainer.eos_token_ids)
+        prompt_ids = _prompt_ids(tok, prompts)
+        workloads = [self.workload(p) for p in prompts]
+        with unwrap_model_for_generation(
+                trainer.model_wrapped, trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as model:
+            results = self._generate(
+                model, tok, prompt_ids, workloads, self.target,
+                temperature=generation.temperature or 1.0, top_p=generation.top_p or 1.0,
+                max_new_tokens=generation.max_new_tokens, stop=self.stop, eos_token_ids=eos,
+                config=self.config)
+        completions, logprobs, kept = [], [], []
+        for r in results:
+            ended = r.finish_reason == "end"
+            completions.append(r.tokens + ([eos[0]] if ended else []))
+            logprobs.append(r.logprobs + ([0.0] if ended else []))
+            shares = [math.exp(min(0.0, free - masked))
+                      for masked, free, forced in zip(r.logprobs, r.model_logprobs, r.forced,
+                                                      strict=False) if not forced]
+            kept.append(sum(shares) / len(shares) if shares else 1.0)
+        self.seconds.append(time.perf_counter() - started)
+        return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": logprobs,
+                "finish_reason": [r.finish_reason for r in results],
+                "forced_tokens": [sum(r.forced) for r in results],
+                "resampled": [r.resampled for r in results],
+                "applies": [r.applies for r in results], "kept_mass": kept}
+
+
+class MeasuredReward:
+    """TRL's reward function: ``Rewarder`` scores each group by measuring it; the components
+    go to the trainer's metrics through TRL's ``log_metric``."""
+
+    __name__ = "measured"
+
+    def __init__(self, rewarder: Any, rollout: TimedRollout | None = None) -> None:
+        self.rewarder = rewarder
+        self.rollout = rollout
+        self.seconds: list[float] = []
+
+    def __call__(self, prompts: list, completions: list, *, workload: list,
+                 start_script: list | None = None, log_metric: Any = None,
+                 kept_mass: list | None = None, resampled: list | None = None,
+                 forced_tokens: list | None = None, **_: Any) -> list[float]:
+        started = time.perf_counter()
+        before = len(self.rewarder.reports)
+        specs = [self.rollout.workload(p) if self.rollout else w
+                 for p, w in zip(prompts, workload, strict=True)]
+        rewards = self.rewarder(prompts, completions, workload=specs,
+                                start_script=start_script)
+        self.seconds.append(time.perf_counter() - started)
+        if log_metric is not None:
+            for name, value in self.metrics(self.rewarder.reports[before:], kept_mass,
+                                            resampled, forced_tokens).items():
+                log_metric(name, value)
+        return rewards
+
+    def metrics(self, reports: list, kept_mass: list | None, resampled: list | None,
+                forced: list | None) -> dict[str, float]:
+        scored = [s for r in reports for s in r.scored]
+        n = max(1, len(scored))
+        out: dict[str, float] = {}
+        for key in ("apply", "build", "correct"):
+            values = [r.shares()[key] * len(r.scored) for r in reports]
+            out[f"measure/{key}_share"] = sum(values) / n
+        speedups = [s.speedup for s in scored if s.speedup]
+        if speedups:
+            out["measure/speedup_geomean"] = math.exp(
+                sum(math.log(x) for x in speedups) / len(speedups))
+            out["measure/speedup_median"] = statistics.median(speedups)
+            out["measure/faster_share"] = sum(x > 1 for x in speedups) / n
+        out["measure/same_as_start_share"] = sum(s.same_as_start for s in scored) / n
+        noise = [r.noise for r in reports if r.noise is not None]
+        if noise:
+            out["measure/noise_median"] = statistics.median(noise)
+        out["time/measurement_s"] = self.seconds[-1]
+        if self.rollout is not None and self.rollout.seconds:
+            out["time/generation_s"] = self.rollout.seconds[-1]
+        if kept_mass:
+            out["mask/kept_mass"] = sum(kept_mass) / len(kept_mass)
+        if resampled:
+            out["decode/resampled"] = sum(resampled) / len(resampled)
+        if forced:
+            out["decode/forced_tokens"] = sum(forced) / len(forced)
+        return out
+
+
+class _StepTimes(MetricsCallback):
+    """``MetricsCallback`` with each line's wall seconds per step since the previous line."""
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
+               **kwargs: Any) -> None:
+        if logs and "loss" in logs:
+            now, last = time.time(), getattr(self, "_last", None)
+            if last is not None and state.global_step > last[1]:
+                logs = {**logs, "time/step_s": (now - last[0]) / (state.global_step - last[1])}
+            self._last = (now, state.global_step)
+        super().on_log(args, state, control, logs, **kwargs)
+
+
+def _callback(path: Path) -> Any:
+    from transformers import TrainerCallback
+
+    kind = type("JsonlRLMetrics", (_StepTimes, TrainerCallback), {})
+    return kind(path)
+
+
+def build_grpo_trainer(config: RLRunConfig, model: Any, tokenizer: Any, prompts: Any,
+                       reward: MeasuredReward, rollout: TimedRollout, *,
+                       progress: bool = True) -> Any:
+    """TRL's ``GRPOTrainer`` for ``config``, with ``rollout`` and ``reward``."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    run = Path(config.out)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental"
+    args = GRPOConfig(
+        output_dir=str(run / "checkpoints"), seed=config.seed, data_seed=config.seed,
+        max_steps=config.max_steps, learning_rate=config.learning_rate,
+        lr_scheduler_type=config.lr_scheduler, warmup_steps=config.warmup_steps,
+        per_device_train_batch_size=config.prompts_per_step * config.num_generations,
+        gradient_accumulation_steps=1, num_generations=config.num_generations,
+        max_completion_length=config.max_new_tokens, temperature=config.temperature,
+        top_p=config.top_p, loss_type=config.loss_type, beta=config.beta,
+        epsilon=config.epsilon, num_iterations=1, use_vllm=False,
+        logging_steps=config.logging_steps, logging_first_step=True,
+        save_strategy="steps", save_steps=config.save_steps,
+        save_total_limit=config.save_total_limit, bf16=config.bf16,
+        gradient_checkpointing=config.gradient_checkpointing,
+        deepspeed=str(deepspeed_path(config.deepspeed)) if config.deepspeed else None,
+        report_to="none", disable_tqdm=not progress, use_cpu=not _has_gpu())
+    peft_config = None
+    if config.use_peft:
+        from peft import LoraConfig
+
+        modules = config.lora_target_modules
+        targets: Any = modules if modules == "all-linear" else \
+            [m.strip() for m in modules.split(",") if m.strip()]
+        peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
+                                 lora_dropout=config.lora_dropout, target_modules=targets,
+                                 task_type="CAUSAL_LM")
+    return GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward],
+                       args=args, train_dataset=prompts, rollout_func=rollout,
+                       peft_config=peft_config, callbacks=[_callback(run / METRICS_FILE)])
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resumed_rl_config(run_dir: str | Path, **overrides: Any) -> RLRunConfig:
+    """The config a run directory was started with (``RUN/config.yaml``), with overrides."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise RunError(f"nothing to resume in {run_dir}: no {CONFIG_FILE}")
+    return resolve_rl(file=path, **{"out": str(run_dir), **overrides})
+
+
+def _summary(metrics: Path) -> dict[str, Any]:
+    rows = []
+    if metrics.is_file():
+        rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
+    rewards = [r["reward"] for r in rows if "reward" in r]
+    correct = [r["measure/correct_share"] for r in rows if "measure/correct_share" in r]
+    steps = [r for r in rows if "time/step_s" in r]
+    half = len(rewards) // 2
+
+    def share(key: str) -> float | None:
+        if not steps:
+            return None
+        total = sum(r["time/step_s"] for r in steps)
+        return sum(r.get(key, 0.0) for r in steps) / total if total else None
+
+    return {"first_reward": rewards[0] if rewards else None,
+            "last_reward": rewards[-1] if rewards else None,
+            "mean_reward_first_half": statistics.fmean(rewards[:half]) if half else None,
+            "mean_reward_second_half": statistics.fmean(rewards[half:]) if half else None,
+            "correct_share": statistics.fmean(correct) if correct else None,
+            "generation_share": share("time/generation_s"),
+            "measurement_share": share("time/measurement_s")}
+
+
+def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
+           evaluator: Any = None) -> RLResult:
+    """Train as ``config`` says, in ``config.out``; with ``resume``, continue from the newest
+    checkpoint there.  ``evaluator`` (a ``codegen.measure.Evaluator``) measures the rewards;
+    by default one for the target with the run's cache."""
+    import yaml
+
+    if not config.model:
+        raise RunError("name the model RL starts from: an SFT run directory or model (model)")
+    if not config.data:
+        raise RunError("name the data: a `dragon datagen` output directory (data)")
+    if not config.out:
+        raise RunError("name the run directory (out)")
+    source = model_dir(config.model)
+    run = Path(config.out)
+    checkpoint = last_checkpoint(run) if resume else None
+    if resume and checkpoint is None:
+        raise RunError(f"nothing to resume in {run}: no checkpoints/checkpoint-STEP")
+    main = int(os.environ.get("RANK", "0")) == 0
+    if main and not resume and (run / CONFIG_FILE).exists():
+        raise RunError(f"{run} already holds a run (--resume continues it)")
+    started = time.time()
+    target: Any = config.target or data_target(config.data)
+    prompts = load_prompts(config)
+    run.mkdir(parents=True, exist_ok=True)
+    if main:
+        tmp = run / f".{CONFIG_FILE}.tmp"
+        tmp.write_text(yaml.safe_dump(config_dict(config), sort_keys=False), encoding="utf-8")
+        os.replace(tmp, run / CONFIG_FILE)
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+
+    from codegen.measure import Evaluator, MeasureConfig
+
+    from ..reward import RewardConfig, Rewarder
+
+    set_seed(config.seed)
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(
+        source, local_files_only=True, dtype=torch.bfloat16 if config.bf16 else "auto")
+    measure = MeasureConfig(repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
+                            run_timeout_s=config.run_timeout_s)
+    owned = evaluator is None
+    if evaluator is None:
+        evaluator = Evaluator(target, builders=config.builders, config=measure,
+                              cache=str(run / CACHE_FILE))
+    rollout = TimedRollout(dict(zip(prompts["prompt"], prompts["workload"], strict=True)),
+                           evaluator.target)
+    rewarder = Rewarder(evaluator.target, RewardConfig(cap=config.cap,
+                                                       retime_best=config.retime_best),
+                        measure=measure, evaluator=evaluator)
+    reward = MeasuredReward(rewarder, rollout)
+    try:
+        trainer = build_grpo_trainer(config, model, tokenizer, prompts, reward, rollout,
+                                     progress=progress)
+        trainer.train(resume_from_checkpoint=checkpoint)
+        final = run / "final"
+        if config.use_peft:
+            trainer.save_model(str(run / "adapter"))
+            if trainer.is_world_process_zero():
+                trainer.model.merge_and_unload().save_pretrained(final)
+                tokenizer.save_pretrained(final)
+        else:
+            trainer.save_model(str(final))
+            if trainer.is_world_process_zero():
+                tokenizer.save_pretrained(final)
+    finally:
+        rewarder.close()
+        if owned:
+            evaluator.close()
+    result = RLResult(run_dir=str(run), final_dir=str(final), steps=trainer.state.global_step,
+                      seconds=time.time() - started, prompts=len(prompts),
+                      resumed_from=checkpoint, seed=config.seed,
+                      **_summary(run / METRICS_FILE))
+    if trainer.is_world_process_zero():
+        (run / RESULT_FILE).write_text(json.dumps(result.as_dict(), indent=2) + "\n",
+                                       encoding="utf-8")
+    return result

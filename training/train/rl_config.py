@@ -1,0 +1,154 @@
+"""``RLRunConfig``: what ``dragon rl`` trains (GRPO from an SFT model), on which prompts, with
+which measured reward; the named presets.
+
+Layered as ``SFTRunConfig`` is (``training.train.config``): a preset, then a YAML file, then
+the flags given.  ``validate`` checks every field without loading the model.
+
+>>> RL_PRESETS["tiny"].num_generations, RL_PRESETS["paper"].use_peft
+(4, True)
+>>> RLRunConfig(num_generations=1)
+Traceback (most recent call last):
+...
+training.train.config.ConfigError: Expected num_generations >= 2 (a group needs siblings to compare) but got num_generations=1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import TASKS, ConfigError, _help, check_types, deepspeed_path, resolve_config
+
+__all__ = ["LOSS_TYPES", "RLRunConfig", "RL_PRESETS", "resolve_rl"]
+
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
+
+
+@dataclass(frozen=True)
+class RLRunConfig:
+    """One GRPO run: the SFT model it starts from, prompts, rollouts, reward, optimisation."""
+
+    model: str = field(default="", metadata=_help(
+        "The model RL starts from: an SFT run directory (its final/ model) or a local model "
+        "directory."))
+    data: str = field(default="", metadata=_help(
+        "A `dragon datagen` output directory: its train splits give the prompts."))
+    tasks: str = field(default="construction,refinement", metadata=_help(
+        "Comma-separated prompt sets (construction, refinement)."))
+    out: str = field(default="", metadata=_help("The run directory (created if needed)."))
+    max_prompts: int = field(default=0, metadata=_help(
+        "Use at most this many distinct prompts, spread over the tasks (0: all)."))
+    target: str = field(default="", metadata=_help(
+        "Where rewards are measured: a target JSON or tag (default: the data's own target)."))
+    num_generations: int = field(default=4, metadata=_help(
+        "Completions per prompt: the group whose rewards are compared."))
+    prompts_per_step: int = field(default=2, metadata=_help(
+        "Prompts per optimizer step per device (a step trains on prompts x generations)."))
+    max_steps: int = field(default=20, metadata=_help("Optimizer steps."))
+    learning_rate: float = field(default=1e-5, metadata=_help("Peak learning rate."))
+    lr_scheduler: str = field(default="constant_with_warmup", metadata=_help(
+        "Learning-rate schedule after warm-up.",
+        choices=("linear", "cosine", "constant", "constant_with_warmup")))
+    warmup_steps: int = field(default=0, metadata=_help("Linear warm-up steps."))
+    loss_type: str = field(default="dapo", metadata=_help(
+        "TRL's GRPO loss normalisation.", choices=LOSS_TYPES))
+    beta: float = field(default=0.0, metadata=_help(
+        "KL penalty against the starting model (0: none, no reference model kept)."))
+    epsilon: float = field(default=0.2, metadata=_help("PPO clip range of the ratio."))
+    temperature: float = field(default=1.0, metadata=_help("Sampling temperature of rollouts."))
+    top_p: float = field(default=1.0, metadata=_help("Nucleus sampling of rollouts."))
+    max_new_tokens: int = field(default=768, metadata=_help(
+        "Token budget of a completion (near it, the decoder closes the script)."))
+    repeat: int = field(default=5, metadata=_help("Timed repeats of each candidate kernel."))
+    min_repeat_ms: float = field(default=10.0, metadata=_help(
+        "Each repeat runs the kernel for at least this long."))
+    run_timeout_s: float = field(default=10.0, metadata=_help(
+        "A candidate that runs longer is a timeout (the low reward)."))
+    builders: int = field(default=2, metadata=_help("Parallel kernel builds per group."))
+    cap: float = field(default=16.0, metadata=_help(
+        "Speedup (and slowdown) at which the latency bonus saturates."))
+    retime_best: bool = field(default=True, metadata=_help(
+        "Time each group's fastest correct kernel again, keeping the slower time."))
+    seed: int = field(default=0, metadata=_help("Seed of sampling, shuffling and dropout."))
+    logging_steps: int = field(default=1, metadata=_help("Steps between metrics lines."))
+    save_steps: int = field(default=5, metadata=_help("Steps between checkpoints."))
+    save_total_limit: int = field(default=2, metadata=_help("Checkpoints kept."))
+    use_peft: bool = field(default=False, metadata=_help(
+        "Train LoRA adapters (peft) instead of every weight."))
+    lora_r: int = field(default=16, metadata=_help("LoRA rank."))
+    lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator."))
+    lora_dropout: float = field(default=0.05, metadata=_help("Dropout on the LoRA inputs."))
+    lora_target_modules: str = field(default="all-linear", metadata=_help(
+        "Modules given adapters: 'all-linear' or comma-separated names."))
+    bf16: bool = field(default=False, metadata=_help("Train in bfloat16 mixed precision."))
+    gradient_checkpointing: bool = field(default=False, metadata=_help(
+        "Recompute activations in the backward pass."))
+    deepspeed: str = field(default="", metadata=_help(
+        "A DeepSpeed JSON config (a path, or a name in training/configs/); empty: none."))
+
+    def __post_init__(self) -> None:
+        validate_rl(self)
+
+    @property
+    def task_list(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
+
+
+def validate_rl(config: RLRunConfig) -> None:
+    """Raise ``ConfigError`` naming the first field that is not sane."""
+    def need(ok: bool, name: str, expected: str) -> None:
+        if not ok:
+            raise ConfigError(f"Expected {name} {expected} but got "
+                              f"{name}={getattr(config, name)!r}", field=name)
+
+    check_types(config)
+    need(bool(config.task_list) and set(config.task_list) <= set(TASKS), "tasks",
+         f"a comma-separated subset of {','.join(TASKS)}")
+    need(config.num_generations >= 2, "num_generations",
+         ">= 2 (a group needs siblings to compare)")
+    for name in ("prompts_per_step", "max_steps", "max_new_tokens", "repeat", "builders",
+                 "logging_steps", "save_steps", "save_total_limit", "lora_r", "lora_alpha"):
+        need(getattr(config, name) >= 1, name, ">= 1")
+    for name in ("max_prompts", "warmup_steps"):
+        need(getattr(config, name) >= 0, name, ">= 0")
+    need(config.learning_rate > 0, "learning_rate", "> 0")
+    need(config.loss_type in LOSS_TYPES, "loss_type", f"one of {LOSS_TYPES}")
+    need(config.beta >= 0, "beta", ">= 0")
+    need(0 < config.epsilon < 1, "epsilon", "in (0, 1)")
+    need(config.temperature > 0, "temperature", "> 0")
+    need(0 < config.top_p <= 1, "top_p", "in (0, 1]")
+    need(config.min_repeat_ms >= 0, "min_repeat_ms", ">= 0")
+    need(config.run_timeout_s > 0, "run_timeout_s", "> 0")
+    need(config.cap > 1, "cap", "> 1")
+    need(0 <= config.lora_dropout < 1, "lora_dropout", "in [0, 1)")
+    if config.deepspeed:
+        need(deepspeed_path(config.deepspeed).is_file(), "deepspeed",
+             "a DeepSpeed JSON file (a path, or a name in training/configs/)")
+
+
+RL_PRESETS: dict[str, RLRunConfig] = {
+    # The tiny SFT model (dragon sft --preset tiny), CPU, llvm rewards: about 10 minutes here.
+    "tiny": RLRunConfig(num_generations=4, prompts_per_step=2, max_steps=16,
+                        learning_rate=5e-5, warmup_steps=2, max_new_tokens=640, repeat=3,
+                        min_repeat_ms=5.0, save_steps=4),
+    # The paper's 8B SFT model with LoRA on 8 GPUs; rewards measured on the GPU (CUDA) or over
+    # RPC.  8 devices x 8 prompts x 8 generations = 512 completions a step.
+    "paper": RLRunConfig(model="runs/sft-paper/final", target="nvidia/nvidia-h100",
+                         num_generations=8, prompts_per_step=8, max_steps=500,
+                         learning_rate=1e-6, warmup_steps=10, max_new_tokens=2048, repeat=5,
+                         min_repeat_ms=20.0, builders=8, use_peft=True, lora_r=64,
+                         lora_alpha=128, bf16=True, gradient_checkpointing=True,
+                         save_steps=25, save_total_limit=3, deepspeed="deepspeed_zero3.json"),
+}
+
+
+def resolve_rl(preset: str | None = None, file: str | Path | None = None,
+               **overrides: Any) -> RLRunConfig:
+    """The RL config of ``preset``, then ``file``'s fields, then ``overrides``."""
+    return resolve_config(RLRunConfig, RL_PRESETS, preset, file, overrides)
+
+
+def rl_config_dict(config: RLRunConfig) -> dict[str, Any]:
+    return dataclasses.asdict(config)
