@@ -90,7 +90,7 @@ def data_target(data: str | Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text(encoding="utf-8"))["settings"]["target"]
     except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise RunError(f"cannot read the data's target from {path}: {exc}; give --target")
+        raise RunError(f"cannot read the data's target from {path}: {exc}; give --target") from None
 
 
 def load_prompts(config: RLRunConfig) -> Any:

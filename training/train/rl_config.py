@@ -6,10 +6,10 @@ the flags given.  ``validate`` checks every field without loading the model.
 
 >>> RL_PRESETS["tiny"].num_generations, RL_PRESETS["paper"].use_peft
 (4, True)
->>> RLRunConfig(num_generations=1)
+>>> RLRunConfig(num_generations=1)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-training.train.config.ConfigError: Expected num_generations >= 2 (a group needs siblings to compare) but got num_generations=1
+training.train.config.ConfigError: Expected num_generations >= 2 ... but got num_generations=1
 """
 
 from __future__ import annotations
