@@ -130,8 +130,8 @@ def validate_rl(config: RLRunConfig) -> None:
 
 RL_PRESETS: dict[str, RLRunConfig] = {
     # The tiny SFT model (dragon sft --preset tiny), CPU, llvm rewards: about 10 minutes here.
-    "tiny": RLRunConfig(num_generations=4, prompts_per_step=2, max_steps=16,
-                        learning_rate=5e-5, warmup_steps=2, max_new_tokens=640, repeat=3,
+    "tiny": RLRunConfig(num_generations=4, prompts_per_step=2, max_steps=20,
+                        learning_rate=2e-4, warmup_steps=2, max_new_tokens=640, repeat=3,
                         min_repeat_ms=5.0, save_steps=4),
     # The paper's 8B SFT model with LoRA on 8 GPUs; rewards measured on the GPU (CUDA) or over
     # RPC.  8 devices x 8 prompts x 8 generations = 512 completions a step.

@@ -1,0 +1,98 @@
+"""``dragon eval``: models side by side on the held-out tasks of a ``dragon datagen`` output.
+
+    dragon eval --model sft=runs/sft-tiny --model rl=runs/rl-tiny --data data/tiny --out eval/
+    dragon eval --model rl=runs/rl-tiny --data data/tiny --out eval/ --kinds refinement -k 8
+
+Each model writes ``--attempts`` scripts per task by schedule-aware decoding; every script and
+every reference (the unscheduled kernel, the start script, MetaSchedule's best) is measured in
+this run.  Writes OUT/report.md with its plots, OUT/summary.json and OUT/samples.jsonl; a rerun
+with the same settings measures only what is missing.  Exit codes (``ExitCode``): 0 evaluated,
+2 usage errors (a model or data that cannot be read, an OUT holding another evaluation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+
+from dragon_dsl.cli_kit import ExitCode, UsageError, examples
+
+__all__ = ["register"]
+
+
+def _models(values: list[str]) -> dict[str, str]:
+    models: dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep:
+            name, path = value.rstrip("/").rsplit("/", 1)[-1], value
+        if not name or not path:
+            raise UsageError(f"--model {value!r}: expected NAME=PATH")
+        if name in models:
+            raise UsageError(f"--model: two models named {name!r}; name them NAME=PATH")
+        models[name] = path
+    return models
+
+
+def cmd_eval(args) -> int:
+    from ..evaluate import EvalConfig, EvalError, TaskError, run_eval
+    from ..train.config import ConfigError
+    from ..train.sft import RunError
+
+    try:
+        config = EvalConfig(split=args.split, kinds=tuple(args.kinds), max_tasks=args.max_tasks,
+                            attempts=args.attempts, temperature=args.temperature,
+                            top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                            seed=args.seed, repeat=args.repeat,
+                            min_repeat_ms=args.min_repeat_ms, builders=args.builders)
+        with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+            summary = run_eval(_models(args.model), args.data, args.out, target=args.target,
+                               config=config, progress=not args.quiet)
+    except (EvalError, TaskError, RunError, ConfigError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        from ..evaluate.report import markdown
+
+        print(markdown(summary).split("\nfast_p:")[0])
+        print(f"report: {args.out}/report.md")
+    return ExitCode.OK
+
+
+def register(subparsers) -> None:
+    """Add ``dragon eval`` (the ``dragon.commands`` entry point)."""
+    p = subparsers.add_parser(
+        "eval", help="evaluate models side by side on held-out tasks, measured",
+        description="Sample scripts from each model for the held-out construction and "
+                    "refinement tasks of a `dragon datagen` output, build, verify and time "
+                    "every one beside the tasks' references in one session, and report "
+                    "per-attempt correctness, speedups (geometric mean, median, fast_p) and "
+                    "head-to-head counts.",
+        **examples("dragon eval --model sft=runs/sft-tiny --model rl=runs/rl-tiny "
+                   "--data data/tiny --out eval/tiny",
+                   "dragon eval --model rl=runs/rl-tiny --data data/tiny --out eval/r "
+                   "--kinds refinement --attempts 8"))
+    p.add_argument("--model", action="append", required=True, metavar="NAME=PATH",
+                   help="a local model directory or SFT/RL run directory (repeatable)")
+    p.add_argument("--data", required=True, help="a `dragon datagen` output directory")
+    p.add_argument("--out", required=True, help="the evaluation's directory (resumable)")
+    p.add_argument("--target", default=None,
+                   help="where kernels are measured (default: the data's target)")
+    p.add_argument("--split", default="test", help="the split to evaluate on (default test)")
+    p.add_argument("--kinds", nargs="+", default=["construction", "refinement"],
+                   choices=["construction", "refinement"], help="task kinds")
+    p.add_argument("--max-tasks", type=int, default=None, help="at most this many per kind")
+    p.add_argument("-k", "--attempts", type=int, default=4, help="scripts per task and model")
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--max-new-tokens", type=int, default=640)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--repeat", type=int, default=5, help="timed runs per measurement")
+    p.add_argument("--min-repeat-ms", type=float, default=10.0,
+                   help="each timed run repeats the kernel at least this long")
+    p.add_argument("--builders", type=int, default=None, help="parallel builds")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_eval)

@@ -1,0 +1,158 @@
+"""Figures of an evaluation, from its per-sample rows: pure functions, no measuring.
+
+Each row is one attempt of one model at one task: its ``status`` (``codegen.measure.Status``
+values) and, when correct, its ``latency_s``; the references of its task (the unscheduled
+kernel, the start script of a refinement, MetaSchedule's best) were measured in the same
+session.  What is reported, per model and task kind, follows the field's conventions:
+
+* per attempt: the shares that parse, apply, build, and compute the right result;
+* per attempt, over correct attempts: speedup over the unscheduled kernel, geometric mean and
+  median (never a lone mean);
+* per task, the best correct attempt: speedup over the unscheduled kernel, over MetaSchedule's
+  best and (refinement) over the start script, geometric mean and median over the tasks that
+  have a correct attempt, and ``fast_p``, KernelBench's share of *all* tasks whose best kernel
+  is correct and at least ``p`` times faster than the unscheduled kernel (``fast_0`` is the
+  share of tasks solved at all);
+* head to head: per task, which of two models found the faster best kernel.
+
+>>> rows = [{"model": "a", "task": "t", "kind": "construction", "status": "correct",
+...          "latency_s": 1.0, "unscheduled_s": 2.0},
+...         {"model": "a", "task": "t", "kind": "construction", "status": "incorrect",
+...          "latency_s": None, "unscheduled_s": 2.0}]
+>>> s = summarize(rows)["a"]["construction"]
+>>> s["attempts"], s["correct"], s["best_speedup_geomean"], s["fast_p"]["2"]
+(2, 0.5, 2.0, 1.0)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["FAST_P", "best_by_task", "fast_p", "geomean", "head_to_head", "summarize"]
+
+FAST_P = (0.0, 1.0, 1.2, 2.0)
+_NOT_PARSED = {"parse_error"}
+_NOT_APPLIED = _NOT_PARSED | {"apply_error"}
+_NOT_BUILT = _NOT_APPLIED | {"build_error"}
+
+
+def geomean(values: Iterable[float]) -> float | None:
+    """The geometric mean of positive values; None when there are none.
+
+    >>> geomean([1.0, 4.0])
+    2.0
+    """
+    logs = [math.log(v) for v in values if v and v > 0]
+    return math.exp(sum(logs) / len(logs)) if logs else None
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _ratio(reference: float | None, latency: float | None) -> float | None:
+    return reference / latency if reference and latency else None
+
+
+def best_by_task(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """``(model, task)`` -> that model's fastest correct row for the task (None when none)."""
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        key = (row["model"], row["task"])
+        held = best.setdefault(key, None)
+        if row["status"] == "correct" and row.get("latency_s") and (
+                held is None or row["latency_s"] < held["latency_s"]):
+            best[key] = row
+    return best
+
+
+def fast_p(speedups: list[float | None], p: float) -> float:
+    """The share of tasks (None: no correct kernel) at least ``p`` times faster; ``p = 0``:
+    the share with a correct kernel.
+
+    >>> fast_p([2.5, 1.1, None, 0.5], 1.0)
+    0.5
+    """
+    if not speedups:
+        return 0.0
+    return sum(s is not None and s >= p for s in speedups) / len(speedups)
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{model: {kind: figures}}`` for every model and task kind in ``rows``."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["status"] == "skipped":  # a refinement whose start script did not run here
+            continue
+        groups[(row["model"], row["kind"])].append(row)
+    out: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for (model, kind), group in sorted(groups.items()):
+        out[model][kind] = _figures(group)
+    return dict(out)
+
+
+def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(rows)
+    statuses = [r["status"] for r in rows]
+    correct = [r for r in rows if r["status"] == "correct" and r.get("latency_s")]
+    attempt = [_ratio(r.get("unscheduled_s"), r["latency_s"]) for r in correct]
+    attempt = [s for s in attempt if s]
+    best = best_by_task(rows)
+    tasks = sorted({r["task"] for r in rows})
+    reference = {r["task"]: r for r in rows}
+    over = {"unscheduled": [], "metaschedule": [], "start": []}
+    for task in tasks:
+        row = best[(rows[0]["model"], task)]
+        ref = reference[task]
+        for name in over:
+            over[name].append(_ratio(ref.get(f"{name}_s"), row["latency_s"]) if row else None)
+    solved = [s for s in over["unscheduled"] if s is not None]
+    figures: dict[str, Any] = {
+        "attempts": n, "tasks": len(tasks),
+        "parses": sum(s not in _NOT_PARSED for s in statuses) / n,
+        "applies": sum(s not in _NOT_APPLIED for s in statuses) / n,
+        "builds": sum(s not in _NOT_BUILT for s in statuses) / n,
+        "correct": len(correct) / n,
+        "attempt_speedup_geomean": geomean(attempt), "attempt_speedup_median": _median(attempt),
+        "best_speedup_geomean": geomean(solved), "best_speedup_median": _median(solved),
+        "fast_p": {f"{p:g}": fast_p(over["unscheduled"], p) for p in FAST_P},
+    }
+    for name in ("metaschedule", "start"):
+        values = [s for s in over[name] if s is not None]
+        if values:
+            figures[f"best_over_{name}_geomean"] = geomean(values)
+            figures[f"best_over_{name}_median"] = _median(values)
+            figures[f"faster_than_{name}"] = sum(s > 1 for s in values)
+    return figures
+
+
+def head_to_head(rows: list[dict[str, Any]], a: str, b: str, kind: str, *,
+                 tie: float = 0.02) -> dict[str, int]:
+    """Per task of ``kind`` that both models attempted: ``a`` wins when its best correct kernel
+    is more than ``tie`` (relative) faster than ``b``'s, or when only ``a`` has one.
+
+    >>> rows = [{"model": m, "task": "t", "kind": "k", "status": "correct", "latency_s": s}
+    ...         for m, s in (("a", 1.0), ("b", 2.0))]
+    >>> head_to_head(rows, "a", "b", "k")
+    {'wins_a': 1, 'wins_b': 0, 'ties': 0, 'tasks': 1}
+    """
+    rows = [r for r in rows if r["kind"] == kind and r["status"] != "skipped"]
+    best = best_by_task(rows)
+    tasks = sorted({r["task"] for r in rows if r["model"] == a}
+                   & {r["task"] for r in rows if r["model"] == b})
+    out = {"wins_a": 0, "wins_b": 0, "ties": 0, "tasks": len(tasks)}
+    for task in tasks:
+        x, y = best[(a, task)], best[(b, task)]
+        if x is None and y is None:
+            out["ties"] += 1
+        elif y is None or (x is not None and x["latency_s"] < y["latency_s"] * (1 - tie)):
+            out["wins_a"] += 1
+        elif x is None or y["latency_s"] < x["latency_s"] * (1 - tie):
+            out["wins_b"] += 1
+        else:
+            out["ties"] += 1
+    return out

@@ -1,0 +1,142 @@
+"""The evaluation report: ``OUT/report.md`` with its tables and PNG plots beside it.
+
+Plots (matplotlib, written without a display): correctness per model and kind
+(``correctness.png``), the distribution of each model's best speedup per task over the
+unscheduled kernel (``speedups.png``), and for the first two models a per-task scatter of
+their best speedups (``scatter.png``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .metrics import FAST_P, best_by_task
+
+__all__ = ["markdown", "write_report"]
+
+
+def _x(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}x"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    """The report's tables as Markdown."""
+    lines = [f"# Evaluation on the {summary['split']} split",
+             "",
+             f"Target `{summary['target']}`; {summary['attempts']} attempts per task and model; "
+             "every latency measured in this run, beside its references.",
+             ""]
+    for kind, count in summary["tasks"].items():
+        lines += [f"## {kind.capitalize()} ({count} tasks)", "",
+                  "| model | parses | applies | builds | correct | attempt speedup geomean "
+                  "(median) | best speedup geomean (median) | "
+                  + " | ".join(f"fast_{p:g}" for p in FAST_P) + " | best vs MetaSchedule "
+                  "geomean |",
+                  "|---" * (8 + len(FAST_P)) + "|"]
+        for model, kinds in summary["by_model"].items():
+            f = kinds.get(kind)
+            if f is None:
+                continue
+            lines.append(
+                f"| {model} | {_pct(f['parses'])} | {_pct(f['applies'])} | {_pct(f['builds'])} "
+                f"| {_pct(f['correct'])} | {_x(f['attempt_speedup_geomean'])} "
+                f"({_x(f['attempt_speedup_median'])}) | {_x(f['best_speedup_geomean'])} "
+                f"({_x(f['best_speedup_median'])}) | "
+                + " | ".join(_pct(f["fast_p"][f"{p:g}"]) for p in FAST_P)
+                + f" | {_x(f.get('best_over_metaschedule_geomean'))} |")
+        if kind == "refinement":
+            lines += ["", "Best over the start script (geomean, tasks improved): " + ", ".join(
+                f"{m} {_x(k[kind].get('best_over_start_geomean'))} "
+                f"({k[kind].get('faster_than_start', 0)})"
+                for m, k in summary["by_model"].items() if kind in k)]
+        pairs = summary["head_to_head"].get(kind, {})
+        if pairs:
+            lines += ["", "| head to head | wins | wins | ties | tasks |", "|---|---|---|---|---|"]
+            for pair, h in pairs.items():
+                a, b = pair.split(" vs ")
+                lines.append(f"| {pair} | {a}: {h['wins_a']} | {b}: {h['wins_b']} | "
+                             f"{h['ties']} | {h['tasks']} |")
+        lines.append("")
+    lines += ["fast_p: the share of tasks whose best attempt is correct and at least p times "
+              "faster than the unscheduled kernel (fast_0: solved at all).  Speedup geomeans "
+              "are over correct attempts (attempt) or over tasks with a correct attempt "
+              "(best).", "",
+              "![correctness](correctness.png)", "", "![speedups](speedups.png)", ""]
+    if len(summary["by_model"]) >= 2:
+        lines += ["![scatter](scatter.png)", ""]
+    return "\n".join(lines)
+
+
+def write_report(out: Path, summary: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """``report.md`` and the plots, in ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(summary["by_model"])
+    kinds = list(summary["tasks"])
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.5), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=True):
+        stages = ("parses", "applies", "builds", "correct")
+        width = 0.8 / max(1, len(models))
+        for i, model in enumerate(models):
+            f = summary["by_model"][model].get(kind)
+            if f:
+                ax.bar([j + i * width for j in range(len(stages))], [f[s] for s in stages],
+                       width, label=model)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(stages))], stages)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"{kind}: share of attempts")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "correctness.png", dpi=110)
+    plt.close(fig)
+
+    best = best_by_task(r for r in rows if r["status"] != "skipped")
+    ref = {r["task"]: r.get("unscheduled_s") for r in rows}
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.5), squeeze=False)
+    for ax, kind in zip(axes[0], kinds, strict=True):
+        data = []
+        for model in models:
+            data.append([ref[t] / r["latency_s"] for (m, t), r in best.items()
+                         if m == model and r and r["kind"] == kind and ref.get(t)])
+        if any(data):
+            ax.boxplot(data, tick_labels=models)
+            for i, values in enumerate(data, 1):
+                ax.scatter([i] * len(values), values, s=10, alpha=0.6)
+        ax.set_yscale("log")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_title(f"{kind}: best speedup per task")
+        ax.set_ylabel("over the unscheduled kernel")
+    fig.tight_layout()
+    fig.savefig(out / "speedups.png", dpi=110)
+    plt.close(fig)
+
+    if len(models) >= 2:
+        a, b = models[:2]
+        fig, ax = plt.subplots(figsize=(4.5, 4.5))
+        for kind, marker in zip(kinds, "os", strict=False):
+            xs, ys = [], []
+            for (m, t), r in best.items():
+                other = best.get((b, t))
+                if m == a and r and other and r["kind"] == kind and ref.get(t):
+                    xs.append(ref[t] / other["latency_s"])
+                    ys.append(ref[t] / r["latency_s"])
+            ax.scatter(xs, ys, marker=marker, label=kind, alpha=0.7)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        low, high = ax.get_xlim()
+        ax.plot([low, high], [low, high], color="grey", lw=0.8)
+        ax.set_xlabel(f"{b}: best speedup")
+        ax.set_ylabel(f"{a}: best speedup")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "scatter.png", dpi=110)
+        plt.close(fig)
+    (out / "report.md").write_text(markdown(summary), encoding="utf-8")

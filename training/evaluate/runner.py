@@ -1,0 +1,266 @@
+"""``run_eval``: models side by side on held-out tasks, every attempt measured in one session.
+
+For each task the references are measured first, by the same ``Evaluator`` (no cache) that
+then measures the attempts: the unscheduled kernel, the start script of a refinement task and
+MetaSchedule's best script.  Each model then writes ``attempts`` scripts per task by
+schedule-aware decoding; each script is built, verified against the unscheduled kernel's
+outputs and timed.  The output directory::
+
+    OUT/eval.json            the models, data, target and settings (a rerun must match them)
+    OUT/samples/MODEL/*.jsonl  one file per (model, task), written whole: a rerun measures only
+                             the (model, task) pairs without one, so an interrupted run resumes
+    OUT/samples.jsonl        every attempt of every model, one JSON object per line
+    OUT/summary.json         ``metrics.summarize`` and the head-to-head counts
+    OUT/report.md, *.png     ``report.write_report``
+
+Rows measured in different sessions (a resumed run) keep the references of their own session:
+speedups are always relative to a baseline timed alongside the attempt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dragon_dsl.errors import DragonError
+
+from .tasks import KINDS, EvalTask, load_tasks
+
+__all__ = ["EvalConfig", "EvalError", "run_eval"]
+
+MANIFEST = "eval.json"
+
+
+class EvalError(DragonError):
+    """The evaluation cannot run as asked; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What is evaluated and how it is sampled and measured."""
+
+    split: str = field(default="test", metadata={"help": "The dataset split to evaluate on."})
+    kinds: tuple[str, ...] = field(default=KINDS, metadata={"help": "Task kinds to evaluate."})
+    max_tasks: int | None = field(default=None, metadata={
+        "help": "At most this many tasks of each kind (the first ones)."})
+    attempts: int = field(default=4, metadata={"help": "Scripts sampled per task and model."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling threshold."})
+    max_new_tokens: int = field(default=640, metadata={"help": "Token budget per script."})
+    seed: int = field(default=0, metadata={
+        "help": "Sampling seed; each (task, attempt) draws from its own stream."})
+    repeat: int = field(default=5, metadata={"help": "Timed runs per measurement (median)."})
+    min_repeat_ms: float = field(default=10.0, metadata={
+        "help": "Each timed run repeats the kernel for at least this long."})
+    run_timeout_s: float = field(default=60.0, metadata={
+        "help": "A kernel that runs longer is a timeout."})
+    builders: int | None = field(default=None, metadata={"help": "Parallel builds."})
+    tie: float = field(default=0.02, metadata={
+        "help": "Head to head, best kernels within this relative difference tie."})
+
+    def __post_init__(self) -> None:
+        bad = [k for k in self.kinds if k not in KINDS]
+        if bad:
+            raise EvalError(f"Expected kinds among {KINDS} but got {bad}")
+        if self.attempts < 1:
+            raise EvalError(f"Expected attempts >= 1 but got attempts={self.attempts}")
+
+    def settings(self) -> dict[str, Any]:
+        """The fields a resumed run must share (those that change what a row means)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("builders", "tie")}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def _task_seed(seed: int, task: EvalTask) -> int:
+    return seed + int(hashlib.sha256(task.id.encode()).hexdigest()[:8], 16)
+
+
+class _Store:
+    """``OUT/samples/MODEL/TASK.jsonl``: one file per (model, task), written atomically."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "samples"
+
+    def path(self, model: str, task: EvalTask) -> Path:
+        return self.root / _slug(model) / f"{_slug(task.id)}.jsonl"
+
+    def has(self, model: str, task: EvalTask) -> bool:
+        return self.path(model, task).is_file()
+
+    def write(self, model: str, task: EvalTask, rows: list[dict[str, Any]]) -> None:
+        from ..datagen.records import write_atomically
+
+        path = self.path(model, task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(str(path), "".join(json.dumps(r) + "\n" for r in rows))
+
+    def rows(self, models: list[str], tasks: list[EvalTask]) -> list[dict[str, Any]]:
+        out = []
+        for model in models:
+            for task in tasks:
+                path = self.path(model, task)
+                if not path.is_file():
+                    continue
+                for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                    try:
+                        out.append(json.loads(line))
+                    except json.JSONDecodeError as exc:
+                        raise EvalError(f"{path}:{number}: not a sample row ({exc}); delete "
+                                        "the file to measure the task again") from None
+        return out
+
+
+def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    path = out / MANIFEST
+    manifest = json.loads(json.dumps(manifest))  # as it reads back (tuples become lists)
+    if path.is_file():
+        try:
+            held = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise EvalError(f"{path}: not JSON ({exc})") from None
+        for key in ("data", "target", "settings"):
+            was, now = held.get(key), manifest[key]
+            if was != now:
+                if isinstance(was, dict) and isinstance(now, dict) and key == "settings":
+                    was, now = ({k: d.get(k) for k in sorted(set(was) | set(now))
+                                 if was.get(k) != now.get(k)} for d in (was, now))
+                raise EvalError(f"{out} holds an evaluation with another {key}: it was "
+                                f"{was!r}, now {now!r}; use a new --out")
+        for name, path_ in held.get("models", {}).items():
+            if manifest["models"].get(name, path_) != path_:
+                raise EvalError(f"{out}: model {name!r} was {path_}, now "
+                                f"{manifest['models'][name]}; name it differently")
+        manifest = {**manifest, "models": {**held.get("models", {}), **manifest["models"]}}
+    from ..datagen.records import write_atomically
+
+    write_atomically(str(path), json.dumps(manifest, indent=1) + "\n")
+
+
+def measure_references(task: EvalTask, workload: Any, evaluator: Any) -> dict[str, Any]:
+    """The task's reference latencies (seconds; None when one does not run correctly)."""
+    from codegen.search.baselines import unscheduled
+
+    refs: dict[str, Any] = {}
+    base = evaluator.evaluate_modules(workload, {"u": unscheduled(workload, evaluator.target)})
+    refs["unscheduled_s"] = base["u"].latency_s if base["u"].ok else None
+    scripts = {"start_s": task.start_script, "metaschedule_s": task.metaschedule_script}
+    named = [(k, s) for k, s in scripts.items() if s]
+    outcomes = evaluator.evaluate(workload, [s for _, s in named]) if named else []
+    for (key, _), outcome in zip(named, outcomes, strict=True):
+        refs[key] = outcome.latency_s if outcome.ok else None
+    return refs
+
+
+def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
+             target: Any = None, config: EvalConfig | None = None, evaluator: Any = None,
+             progress: bool = True) -> dict[str, Any]:
+    """Evaluate ``models`` (name -> local model or SFT/RL run directory) on the tasks of
+    ``data``; returns the summary (also written to ``OUT/summary.json``)."""
+    from codegen.measure import Evaluator, MeasureConfig
+    from codegen.workloads import workload as make_workload
+
+    from ..train.rl import data_target, model_dir
+    from .metrics import head_to_head, summarize
+    from .report import write_report
+
+    if not models:
+        raise EvalError("name at least one model (NAME=PATH)")
+    config = config or EvalConfig()
+    out = Path(out)
+    dirs = {name: str(model_dir(path)) for name, path in models.items()}
+    target = target or data_target(data)
+    if isinstance(target, str) and target.lstrip().startswith("{"):
+        try:
+            target = json.loads(target)
+        except json.JSONDecodeError as exc:
+            raise EvalError(f"--target {target!r} is not a JSON dict ({exc})") from None
+    tasks = load_tasks(data, config.split, config.kinds, max_tasks=config.max_tasks)
+    if not tasks:
+        raise EvalError(f"the {config.split!r} split of {data} holds no tasks")
+    out.mkdir(parents=True, exist_ok=True)
+    _check_manifest(out, {"data": str(Path(data).resolve()), "target": target,
+                          "settings": config.settings(), "models": dirs})
+    store = _Store(out)
+    todo = [(name, t) for name in dirs for t in tasks if not store.has(name, t)]
+    owned = evaluator is None and bool(todo)
+    if owned:
+        measure = MeasureConfig(repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
+                                run_timeout_s=config.run_timeout_s)
+        evaluator = Evaluator(target, builders=config.builders, config=measure, cache=False)
+    try:
+        if todo:
+            _measure(todo, dirs, evaluator, store, config, make_workload, progress)
+    finally:
+        if owned:
+            evaluator.close()
+    rows = store.rows(list(dirs), tasks)
+    with open(out / "samples.jsonl", "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    names = list(dirs)
+    summary = {"models": dirs, "target": target, "split": config.split,
+               "tasks": {k: sum(t.kind == k for t in tasks) for k in config.kinds},
+               "attempts": config.attempts, "by_model": summarize(rows),
+               "head_to_head": {
+                   kind: {f"{a} vs {b}": head_to_head(rows, a, b, kind, tie=config.tie)
+                          for i, a in enumerate(names) for b in names[i + 1:]}
+                   for kind in config.kinds}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    write_report(out, summary, rows)
+    return summary
+
+
+def _measure(todo, dirs, evaluator, store, config, make_workload, progress) -> None:
+    from tqdm.auto import tqdm
+
+    from ..prompts import construction_prompt, refinement_prompt
+    from ..sampling import SamplingConfig, load
+    from ..sampling.schedule_aware import sample_schedule_aware
+
+    session = time.strftime("%Y-%m-%dT%H:%M:%S")
+    refs: dict[str, dict[str, Any]] = {}
+    workloads: dict[str, Any] = {}
+    loaded: tuple[str, Any, Any] | None = None
+    bar = tqdm(todo, desc="eval", unit="task", disable=not progress)
+    for name, task in bar:
+        bar.set_postfix_str(f"{name} {task.id}", refresh=False)
+        if task.workload not in workloads:
+            workloads[task.workload] = make_workload(task.workload)
+        wl = workloads[task.workload]
+        if task.id not in refs:
+            refs[task.id] = measure_references(task, wl, evaluator)
+        ref = refs[task.id]
+        base = {"session": session, "model": name, "task": task.id, "kind": task.kind,
+                "workload": task.workload, "family": task.family, **ref}
+        if task.kind == "refinement":
+            if ref.get("start_s") is None:  # the script to improve does not run here
+                store.write(name, task, [{**base, "attempt": i, "status": "skipped",
+                                          "message": "the start script is not correct here"}
+                                         for i in range(config.attempts)])
+                continue
+            prompt = refinement_prompt(wl, evaluator.target, task.start_script, ref["start_s"])
+        else:
+            prompt = construction_prompt(wl, evaluator.target)
+        if loaded is None or loaded[0] != name:
+            loaded = (name, *load(dirs[name]))
+        _, model, tokenizer = loaded
+        sampling = SamplingConfig(n=config.attempts, temperature=config.temperature,
+                                  top_p=config.top_p, max_new_tokens=config.max_new_tokens,
+                                  seed=_task_seed(config.seed, task), batch_size=config.attempts)
+        started = time.perf_counter()
+        samples = sample_schedule_aware(model, tokenizer, prompt, wl, evaluator.target, sampling)
+        generation_s = (time.perf_counter() - started) / len(samples)
+        outcomes = evaluator.evaluate(wl, [s.text for s in samples])
+        store.write(name, task, [
+            {**base, "attempt": i, "script": s.text, "finish_reason": s.finish_reason,
+             "tokens": s.n_tokens, "applies_live": s.applies, "resampled": s.resampled,
+             "status": o.status.value, "stage": o.stage, "message": o.message[:500],
+             "latency_s": o.latency_s if o.ok else None, "generation_s": generation_s}
+            for i, (s, o) in enumerate(zip(samples, outcomes, strict=True))])
