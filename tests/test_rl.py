@@ -17,10 +17,17 @@ from pathlib import Path
 import pytest
 
 from dragon_dsl.cli_kit import ExitCode
-from training.train import SFTRunConfig, run_sft
-from training.train.rl import resumed_rl_config, run_rl
-from training.train.rl_config import RLRunConfig
-from training.train.run_dir import RunError
+from training.train import (
+    RL_PRESETS,
+    RLResult,
+    RLRunConfig,
+    RunError,
+    SFTRunConfig,
+    resolve_rl,
+    resumed_rl_config,
+    run_rl,
+    run_sft,
+)
 
 STEPS = 2
 
@@ -57,12 +64,20 @@ def _metrics(root: str | Path) -> list[dict]:
     return [json.loads(line) for line in (Path(root) / "metrics.jsonl").read_text().splitlines()]
 
 
+# ---- configs -------------------------------------------------------------------------------
+
+def test_presets_validate_without_a_model():
+    assert resolve_rl("tiny") == RL_PRESETS["tiny"]
+    assert resolve_rl("paper", model="/no/such/model").use_peft
+
+
 # ---- a real run ----------------------------------------------------------------------------
 
 def test_the_run_directory_is_complete(rl_run, datagen_dir, sft_model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     root = Path(rl_run.run_dir)
+    assert isinstance(rl_run, RLResult)
     assert rl_run.steps == STEPS and rl_run.prompts == 2 and rl_run.resumed_from is None
     assert resumed_rl_config(root) == _config(datagen_dir, sft_model, root)
     steps = [r for r in _metrics(root) if "loss" in r]
