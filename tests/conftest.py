@@ -1,10 +1,12 @@
-"""Shared test set-up: Hypothesis profiles, and MetaSchedule search spaces kept for the whole
-session (the first design-space generation in a process costs 15 to 25 s)."""
+"""Shared test set-up: Hypothesis profiles, MetaSchedule search spaces kept for the whole
+session (the first design-space generation in a process costs 15 to 25 s), and one small
+`dragon datagen` output for the training tests."""
 
 from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # Profiles are chosen by DRAGON_HYPOTHESIS_PROFILE: "ci" (the default run), "thorough".
@@ -17,3 +19,12 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("DRAGON_HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="session")
+def datagen_dir(tmp_path_factory):
+    """A small `dragon datagen` output from a real search (``tests/tiny_datagen.py``), shared
+    by the training tests."""
+    from .tiny_datagen import write_datagen
+
+    return write_datagen(tmp_path_factory.mktemp("datagen"))

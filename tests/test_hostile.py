@@ -77,7 +77,7 @@ def test_version_and_bare_invocations(capsys):
 def test_every_help_has_examples_and_no_rst_markup(capsys):
     commands = ["check", "fmt", "encode", "decode", "apply", "bench", "demo", "sample",
                 "workloads", "init-model", "workloads list", "workloads show",
-                "workloads sample", "datagen", "sft"]
+                "workloads sample", "datagen", "sft", "rl"]
     assert run(["--help"], capsys)[0] == OK
     for command in commands:
         code, out, _ = run([*command.split(), "--help"], capsys)

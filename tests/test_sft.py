@@ -1,8 +1,9 @@
 """``dragon sft`` (training.train): configs, a real short SFT run, resume, the loss mask, and
 sampling from the trained model.
 
-One real MetaSchedule search of two tiny workloads feeds a small dataset; one short run of a
-very small model (a few seconds) feeds the tests that need a trained model.
+One real MetaSchedule search of two tiny workloads feeds a small dataset (``datagen_dir``,
+``tests/tiny_datagen.py``); one short run of a very small model (a few seconds) feeds the tests
+that need a trained model.
 """
 
 from __future__ import annotations
@@ -34,45 +35,14 @@ from training.train import (
 )
 from training.train.sft import RunError
 
+from .tiny_datagen import SPECS
+
 DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
-# By identity hash, softmax falls in validation (fraction 0.4) and matmul in train.
-SPECS = ["matmul(m=32,n=32,k=32)", "softmax(m=32,n=64)"]
-TARGET = {"kind": "llvm", "num-cores": 2}
 STEPS = 8
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory) -> Path:
-    """A `dragon datagen`-shaped output: records of a real search, then its datasets, with
-    one workload's examples in the validation split."""
-    from codegen.measure import MeasureConfig
-    from codegen.search.tune import SearchConfig
-    from training.datagen.dataset import write_datasets
-    from training.datagen.examples import ExampleConfig, build_examples
-    from training.datagen.records import RecordStore
-    from training.datagen.runner import RunnerSettings, TaskRunner
-    from training.datagen.tasks import tasks_for
-
-    root = tmp_path_factory.mktemp("sft-data")
-    tasks = tasks_for(SPECS, TARGET, "llvm", SearchConfig(trials=16, per_round=8, population=32),
-                      300)
-    runner = TaskRunner(RunnerSettings(MeasureConfig(repeat=2, min_repeat_ms=1),
-                                       cache=str(root / "cache.sqlite")))
-    store = RecordStore(str(root / "out"))
-    try:
-        for task in tasks:
-            result = runner.run(task)
-            store.commit(result.summary, result.records)
-    finally:
-        runner.close()
-    records = list(store.all_records())
-    examples = build_examples(records, ExampleConfig(validation_fraction=0.4, test_fraction=0.0))
-    write_datasets(str(root / "out"), examples, records)
-    return root / "out"
-
-
-def _config(data_dir: Path, out: Path, **changes) -> SFTRunConfig:
-    base = dict(data=str(data_dir), out=str(out), model="tiny", hidden_size=32, layers=1, heads=2,
+def _config(data: Path, out: Path, **changes) -> SFTRunConfig:
+    base = dict(data=str(data), out=str(out), model="tiny", hidden_size=32, layers=1, heads=2,
                 vocab_size=400, max_steps=STEPS, learning_rate=1e-2, warmup_steps=0,
                 batch_size=4, max_length=768, logging_steps=1, eval_steps=4, save_steps=4,
                 save_total_limit=3, lr_scheduler="constant")
@@ -80,9 +50,9 @@ def _config(data_dir: Path, out: Path, **changes) -> SFTRunConfig:
 
 
 @pytest.fixture(scope="module")
-def run(data_dir, tmp_path_factory):
+def run(datagen_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("run") / "run"
-    return run_sft(_config(data_dir, out), progress=False)
+    return run_sft(_config(datagen_dir, out), progress=False)
 
 
 # ---- configs -------------------------------------------------------------------------------
@@ -130,8 +100,8 @@ def test_cli_validates_the_paper_config_without_the_model(capsys):
 
 # ---- the data and the loss mask ------------------------------------------------------------
 
-def test_every_prompt_and_completion_tokenizes_losslessly(data_dir, tmp_path):
-    config = _config(data_dir, tmp_path / "r")
+def test_every_prompt_and_completion_tokenizes_losslessly(datagen_dir, tmp_path):
+    config = _config(datagen_dir, tmp_path / "r")
     data = load_examples(config)
     assert len(data["train"]) and len(data["validation"])
     tokenizer = make_tokenizer(config, data["train"])
@@ -149,8 +119,8 @@ def test_every_prompt_and_completion_tokenizes_losslessly(data_dir, tmp_path):
         check_tokenizer(Lower(), ["Dragon construction"])
 
 
-def test_loss_covers_the_completion_only(data_dir, tmp_path):
-    config = _config(data_dir, tmp_path / "r")
+def test_loss_covers_the_completion_only(datagen_dir, tmp_path):
+    config = _config(datagen_dir, tmp_path / "r")
     data = load_examples(config)
     tokenizer = make_tokenizer(config, data["train"])
     trainer = build_trainer(config, make_model(config, tokenizer), tokenizer, data,
@@ -172,7 +142,7 @@ def test_loss_covers_the_completion_only(data_dir, tmp_path):
 
 # ---- a real run ----------------------------------------------------------------------------
 
-def test_loss_goes_down_and_the_run_directory_is_complete(run, data_dir):
+def test_loss_goes_down_and_the_run_directory_is_complete(run, datagen_dir):
     import math
 
     root = Path(run.run_dir)
@@ -189,7 +159,7 @@ def test_loss_goes_down_and_the_run_directory_is_complete(run, data_dir):
     rows = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss" in r] == list(range(1, STEPS + 1))
     assert any("eval_loss" in r for r in rows)
-    assert resumed_config(root) == _config(data_dir, root)
+    assert resumed_config(root) == _config(datagen_dir, root)
     assert (root / "tokenizer" / "tokenizer.json").is_file()
     assert last_checkpoint(root).endswith(f"checkpoint-{STEPS}")
     assert json.loads((root / "result.json").read_text())["steps"] == STEPS
@@ -246,26 +216,26 @@ def test_dragon_sample_on_the_trained_model_applies(run, capsys):
 
 
 @pytest.mark.slow
-def test_cli_trains_a_small_run_end_to_end(data_dir, tmp_path):
+def test_cli_trains_a_small_run_end_to_end(datagen_dir, tmp_path):
     out = tmp_path / "run"
-    done = subprocess.run([DRAGON, "sft", "--preset", "tiny", "--data", str(data_dir), "--out",
+    done = subprocess.run([DRAGON, "sft", "--preset", "tiny", "--data", str(datagen_dir), "--out",
                            str(out), "--max-steps", "4", "--hidden-size", "32", "--layers", "1",
                            "--vocab-size", "400", "--save-steps", "2", "--eval-steps", "2",
                            "--quiet", "--json"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout)["steps"] == 4
-    again = subprocess.run([DRAGON, "sft", "--preset", "tiny", "--data", str(data_dir),
+    again = subprocess.run([DRAGON, "sft", "--preset", "tiny", "--data", str(datagen_dir),
                             "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "--resume" in again.stderr
 
 
-def test_lora_on_a_local_model_directory(run, data_dir, tmp_path):
+def test_lora_on_a_local_model_directory(run, datagen_dir, tmp_path):
     """The `paper` path on CPU: a local model directory (the tiny run's model), LoRA adapters,
     merged into `final/`."""
     from transformers import AutoModelForCausalLM
 
-    config = _config(data_dir, tmp_path / "lora", model=run.final_dir, use_peft=True, lora_r=4,
+    config = _config(datagen_dir, tmp_path / "lora", model=run.final_dir, use_peft=True, lora_r=4,
                      lora_alpha=8, lora_target_modules="q_proj,v_proj", max_steps=2,
                      save_steps=2, eval_steps=0)
     result = run_sft(config, progress=False)

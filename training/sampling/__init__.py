@@ -15,7 +15,7 @@ from .grammar_processor import (
     llg_tokenizer,
     with_end_marker,
 )
-from .rollout import grammar_rollout, schedule_rollout
+from .rollout import ScheduleRollout, grammar_rollout, kept_mass, schedule_rollout
 from .schedule_aware import (
     ScheduleAwareConfig,
     ScheduleAwareResult,
@@ -33,9 +33,11 @@ __all__ = [
     "SamplingConfig",
     "ScheduleAwareConfig",
     "ScheduleAwareResult",
+    "ScheduleRollout",
     "eos_token_ids",
     "grammar_logits_processor",
     "grammar_rollout",
+    "kept_mass",
     "llg_tokenizer",
     "load",
     "outlines_generator",

@@ -14,12 +14,16 @@ completions cut after the first EOS) with the grammar processor added.
 
 Reward functions receive ``finish_reason`` ("end": the end marker and EOS; or "length") and
 ``forced_tokens`` (tokens the wind-down chose, see ``SamplingConfig.wind_down``) for each
-completion, as keyword arguments.
+completion, as keyword arguments.  ``ScheduleRollout`` (``schedule_rollout``) samples with
+schedule-aware decoding instead, so that every rollout also applies to its kernel, and passes
+on the logprobs under the mask and the share of probability the mask kept.
 """
 
 from __future__ import annotations
 
 import copy
+import math
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,7 +34,7 @@ from training.prompts import STOP
 
 from .grammar_processor import grammar_logits_processor
 
-__all__ = ["grammar_rollout", "schedule_rollout"]
+__all__ = ["ScheduleRollout", "grammar_rollout", "kept_mass", "schedule_rollout"]
 
 
 def grammar_rollout(tokenizer=None, grammar: str | None = None, *, stop: str | None = STOP,
@@ -73,53 +77,91 @@ def grammar_rollout(tokenizer=None, grammar: str | None = None, *, stop: str | N
     return rollout
 
 
-def schedule_rollout(workload_of: Callable[[Any], Any] | Mapping[str, Any], target: Any = "llvm",
-                     tokenizer=None, *, stop: str | None = STOP,
-                     config: Any = None) -> Callable[[list, Any], dict[str, Any]]:
+class ScheduleRollout:
     """A ``rollout_func`` for ``trl.GRPOTrainer`` with schedule-aware decoding
     (``training.sampling.schedule_aware``): every rollout applies to its kernel.
 
-    ``workload_of`` maps a prompt (as the dataset holds it) to its workload: a dict or a
-    function.  The completions keep the ``stop`` marker and EOS; ``logprobs`` are those of the
-    kept tokens under the mask applied at each step (0 for tokens the sampler wrote), and reward
-    functions also receive ``finish_reason``, ``forced_tokens``, ``resampled`` (statements
-    sampled again) and ``applies``.
+    ``workload_of`` maps a prompt (as the dataset holds it; a conversation by its last user
+    message) to its workload: a dict or a function.  The completions keep the ``stop`` marker
+    and EOS; ``logprobs`` are those of the kept tokens under the mask applied at each step (0
+    for tokens the sampler wrote).  Reward functions also receive, per completion,
+    ``finish_reason``, ``forced_tokens``, ``resampled`` (statements sampled again),
+    ``applies`` and ``kept_mass``: the mean, over the tokens the model drew, of the share of
+    the model's probability the mask kept at that step (``exp(model - masked)`` of each token's
+    logprobs, at most 1).  ``seconds`` holds the wall time of each call.
 
-    >>> GRPOTrainer(..., rollout_func=schedule_rollout(dict(zip(prompts, workloads))))
+    >>> GRPOTrainer(..., rollout_func=ScheduleRollout(dict(zip(prompts, workloads))))
     ... # doctest: +SKIP
     """
-    from .schedule_aware import schedule_aware_generate
 
-    lookup = workload_of.__getitem__ if isinstance(workload_of, Mapping) else workload_of
+    def __init__(self, workload_of: Callable[[Any], Any] | Mapping[str, Any],
+                 target: Any = "llvm", tokenizer=None, *, stop: str | None = STOP,
+                 config: Any = None) -> None:
+        self._lookup = workload_of.__getitem__ if isinstance(workload_of, Mapping) \
+            else workload_of
+        self.target = target
+        self.tokenizer = tokenizer
+        self.stop = stop
+        self.config = config
+        self.seconds: list[float] = []
 
-    def rollout(prompts: list, trainer) -> dict[str, Any]:
+    def workload(self, prompt: Any) -> Any:
+        """The workload of ``prompt`` (text, or a conversation)."""
+        return self._lookup(prompt if isinstance(prompt, str) else _last_user_text(prompt))
+
+    def __call__(self, prompts: list, trainer) -> dict[str, Any]:
         from trl.models import unwrap_model_for_generation
 
-        tok = tokenizer if tokenizer is not None else trainer.processing_class
+        from .schedule_aware import schedule_aware_generate
+
+        started = time.perf_counter()
+        tok = self.tokenizer if self.tokenizer is not None else trainer.processing_class
         generation = trainer.generation_config
         eos = list(trainer.eos_token_ids)
         prompt_ids = _prompt_ids(tok, prompts)
-        workloads = [lookup(p if isinstance(p, str) else _last_user_text(p)) for p in prompts]
+        workloads = [self.workload(p) for p in prompts]
         with unwrap_model_for_generation(
                 trainer.model_wrapped, trainer.accelerator,
                 gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as model:
             results = schedule_aware_generate(
-                model, tok, prompt_ids, workloads, target,
+                model, tok, prompt_ids, workloads, self.target,
                 temperature=generation.temperature or 1.0, top_p=generation.top_p or 1.0,
-                max_new_tokens=generation.max_new_tokens, stop=stop, eos_token_ids=eos,
-                config=config)
+                max_new_tokens=generation.max_new_tokens, stop=self.stop, eos_token_ids=eos,
+                config=self.config)
         completions, logprobs = [], []
         for r in results:
             ended = r.finish_reason == "end"
             completions.append(r.tokens + ([eos[0]] if ended else []))
             logprobs.append(r.logprobs + ([0.0] if ended else []))
+        self.seconds.append(time.perf_counter() - started)
         return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": logprobs,
                 "finish_reason": [r.finish_reason for r in results],
                 "forced_tokens": [sum(r.forced) for r in results],
                 "resampled": [r.resampled for r in results],
-                "applies": [r.applies for r in results]}
+                "applies": [r.applies for r in results],
+                "kept_mass": [kept_mass(r) for r in results]}
 
-    return rollout
+
+def schedule_rollout(workload_of: Callable[[Any], Any] | Mapping[str, Any], target: Any = "llvm",
+                     tokenizer=None, *, stop: str | None = STOP,
+                     config: Any = None) -> ScheduleRollout:
+    """``ScheduleRollout(workload_of, target, tokenizer, stop=stop, config=config)``.
+
+    >>> GRPOTrainer(..., rollout_func=schedule_rollout(dict(zip(prompts, workloads))))
+    ... # doctest: +SKIP
+    """
+    return ScheduleRollout(workload_of, target, tokenizer, stop=stop, config=config)
+
+
+def kept_mass(result: Any) -> float:
+    """The mean share of the model's probability that the mask kept, over the tokens of a
+    ``ScheduleAwareResult`` the model drew (forced tokens left out; 1.0 when there are none).
+    A token's masked logprob is its model logprob minus the log of the mass kept at its step,
+    so ``exp(model - masked)`` is that mass (clipped at 1 against rounding)."""
+    shares = [math.exp(min(0.0, free - masked))
+              for masked, free, forced in zip(result.logprobs, result.model_logprobs,
+                                              result.forced, strict=False) if not forced]
+    return sum(shares) / len(shares) if shares else 1.0
 
 
 def _last_user_text(messages: list) -> str:

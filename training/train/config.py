@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from typing import Any
 from dragon_dsl.errors import DragonError
 
 __all__ = ["CONFIGS_DIR", "PRESETS", "TASKS", "ConfigError", "SFTRunConfig", "check_types",
-           "config_dict", "deepspeed_path", "load_yaml", "resolve", "resolve_config"]
+           "config_dict", "deepspeed_path", "field_checker", "load_yaml", "resolve",
+           "resolve_config"]
 
 TASKS = ("construction", "refinement")
 TINY = "tiny"
@@ -116,11 +118,7 @@ class SFTRunConfig:
 def validate(config: SFTRunConfig) -> None:
     """Raise ``ConfigError`` naming the first field that is not sane (no file is opened except
     a named DeepSpeed config, which must exist)."""
-    def need(ok: bool, name: str, expected: str) -> None:
-        if not ok:
-            raise ConfigError(f"Expected {name} {expected} but got "
-                              f"{name}={getattr(config, name)!r}", field=name)
-
+    need = field_checker(config)
     check_types(config)
     need(bool(config.task_list) and set(config.task_list) <= set(TASKS), "tasks",
          f"a comma-separated subset of {','.join(TASKS)}")
@@ -148,6 +146,24 @@ def validate(config: SFTRunConfig) -> None:
     if config.deepspeed:
         need(deepspeed_path(config.deepspeed).is_file(), "deepspeed",
              "a DeepSpeed JSON file (a path, or a name in training/configs/)")
+
+
+def field_checker(config: Any) -> Callable[[bool, str, str], None]:
+    """``need(ok, name, expected)``: raise ``ConfigError`` for field ``name`` of ``config``
+    unless ``ok``, in the form "Expected NAME EXPECTED but got NAME=VALUE".
+
+    >>> need = field_checker(SFTRunConfig())
+    >>> need(False, "lora_r", ">= 1")
+    Traceback (most recent call last):
+    ...
+    training.train.config.ConfigError: Expected lora_r >= 1 but got lora_r=16
+    """
+    def need(ok: bool, name: str, expected: str) -> None:
+        if not ok:
+            raise ConfigError(f"Expected {name} {expected} but got "
+                              f"{name}={getattr(config, name)!r}", field=name)
+
+    return need
 
 
 def check_types(config: Any) -> None:

@@ -3,10 +3,11 @@ rewards measured by ``training.reward.Rewarder``.
 
 The prompts are the distinct prompts of the ``dragon datagen`` train splits (construction: a
 kernel; refinement: a kernel and a script to improve).  Each step samples ``num_generations``
-completions of each prompt with ``training.sampling.schedule_rollout`` (every statement is
+completions of each prompt with ``training.sampling.ScheduleRollout`` (every statement is
 checked against the live schedule, so every completion applies), measures them on the target
 (verified against the unscheduled kernel's outputs, timed against a reference measured in the
-same step) and takes a GRPO step on the group-relative advantages.  The run directory::
+same step) and takes a GRPO step on the group-relative advantages.  The run directory
+(``training.train.run_dir``)::
 
     RUN/config.yaml        the resolved RLRunConfig (a resumed run reads it back)
     RUN/checkpoints/       the Trainer's checkpoint-STEP folders
@@ -29,23 +30,39 @@ the correction would reweight (``token_truncate``) or drop (``*_mask`` modes, be
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .config import config_dict, deepspeed_path
+from .config import deepspeed_path
 from .rl_config import RLRunConfig, resolve_rl
-from .sft import METRICS_FILE, RESULT_FILE, MetricsCallback, RunError, last_checkpoint
+from .run_dir import (
+    METRICS_FILE,
+    MetricsCallback,
+    RunError,
+    is_main_process,
+    lora_config,
+    metrics_callback,
+    read_config,
+    save_final,
+    start_run,
+    write_config,
+    write_result,
+)
 
-__all__ = ["MeasuredReward", "RLResult", "TimedRollout", "build_grpo_trainer", "data_target",
-           "load_prompts", "model_dir", "resumed_rl_config", "run_rl"]
+if TYPE_CHECKING:
+    from ..sampling.rollout import ScheduleRollout
 
-CONFIG_FILE = "config.yaml"
+__all__ = ["MeasuredReward", "RLResult", "build_grpo_trainer", "data_target", "load_prompts",
+           "model_dir", "resumed_rl_config", "run_rl", "workload_of"]
+
 CACHE_FILE = "measure-cache.sqlite"
 
 
@@ -131,66 +148,13 @@ def _interleave(groups: list[list[dict]]) -> list[list[dict]]:
     return out
 
 
-class TimedRollout:
-    """``schedule_rollout`` for the prompts' workloads, timed; also passes on, per completion,
-    ``kept_mass``: the mean share of the model's probability the mask kept at its tokens."""
+def workload_of(specs: dict[str, str]) -> Callable[[str], Any]:
+    """Prompt -> its workload, from ``specs`` (prompt -> workload spec); each spec is made
+    once, since the prompts of one kernel share it."""
+    from codegen.workloads import workload
 
-    def __init__(self, workloads: dict[str, str], target: Any, *, stop: str | None = None,
-                 config: Any = None) -> None:
-        from codegen.workloads import workload as make_workload
-
-        from ..prompts import STOP
-        from ..sampling.schedule_aware import schedule_aware_generate
-
-        self._specs = workloads
-        self._made: dict[str, Any] = {}
-        self._make = make_workload
-        self._generate = schedule_aware_generate
-        self.target = target
-        self.stop = STOP if stop is None else stop
-        self.config = config
-        self.seconds: list[float] = []
-
-    def workload(self, prompt: str) -> Any:
-        spec = self._specs[prompt]
-        if spec not in self._made:
-            self._made[spec] = self._make(spec)
-        return self._made[spec]
-
-    def __call__(self, prompts: list, trainer: Any) -> dict[str, Any]:
-        from trl.models import unwrap_model_for_generation
-
-        from ..sampling.rollout import _prompt_ids
-
-        started = time.perf_counter()
-        tok = trainer.processing_class
-        generation = trainer.generation_config
-        eos = list(trainer.eos_token_ids)
-        prompt_ids = _prompt_ids(tok, prompts)
-        workloads = [self.workload(p) for p in prompts]
-        with unwrap_model_for_generation(
-                trainer.model_wrapped, trainer.accelerator,
-                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as model:
-            results = self._generate(
-                model, tok, prompt_ids, workloads, self.target,
-                temperature=generation.temperature or 1.0, top_p=generation.top_p or 1.0,
-                max_new_tokens=generation.max_new_tokens, stop=self.stop, eos_token_ids=eos,
-                config=self.config)
-        completions, logprobs, kept = [], [], []
-        for r in results:
-            ended = r.finish_reason == "end"
-            completions.append(r.tokens + ([eos[0]] if ended else []))
-            logprobs.append(r.logprobs + ([0.0] if ended else []))
-            shares = [math.exp(min(0.0, free - masked))
-                      for masked, free, forced in zip(r.logprobs, r.model_logprobs, r.forced,
-                                                      strict=False) if not forced]
-            kept.append(sum(shares) / len(shares) if shares else 1.0)
-        self.seconds.append(time.perf_counter() - started)
-        return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": logprobs,
-                "finish_reason": [r.finish_reason for r in results],
-                "forced_tokens": [sum(r.forced) for r in results],
-                "resampled": [r.resampled for r in results],
-                "applies": [r.applies for r in results], "kept_mass": kept}
+    make = functools.cache(workload)
+    return lambda prompt: make(specs[prompt])
 
 
 class MeasuredReward:
@@ -199,7 +163,7 @@ class MeasuredReward:
 
     __name__ = "measured"
 
-    def __init__(self, rewarder: Any, rollout: TimedRollout | None = None) -> None:
+    def __init__(self, rewarder: Any, rollout: ScheduleRollout | None = None) -> None:
         self.rewarder = rewarder
         self.rollout = rollout
         self.seconds: list[float] = []
@@ -264,15 +228,8 @@ class _StepTimes(MetricsCallback):
         super().on_log(args, state, control, logs, **kwargs)
 
 
-def _callback(path: Path) -> Any:
-    from transformers import TrainerCallback
-
-    kind = type("JsonlRLMetrics", (_StepTimes, TrainerCallback), {})
-    return kind(path)
-
-
 def build_grpo_trainer(config: RLRunConfig, model: Any, tokenizer: Any, prompts: Any,
-                       reward: MeasuredReward, rollout: TimedRollout, *,
+                       reward: MeasuredReward, rollout: ScheduleRollout, *,
                        progress: bool = True) -> Any:
     """TRL's ``GRPOTrainer`` for ``config``, with ``rollout`` and ``reward``."""
     from trl import GRPOConfig, GRPOTrainer
@@ -294,19 +251,10 @@ def build_grpo_trainer(config: RLRunConfig, model: Any, tokenizer: Any, prompts:
         gradient_checkpointing=config.gradient_checkpointing,
         deepspeed=str(deepspeed_path(config.deepspeed)) if config.deepspeed else None,
         report_to="none", disable_tqdm=not progress, use_cpu=not _has_gpu())
-    peft_config = None
-    if config.use_peft:
-        from peft import LoraConfig
-
-        modules = config.lora_target_modules
-        targets: Any = modules if modules == "all-linear" else \
-            [m.strip() for m in modules.split(",") if m.strip()]
-        peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
-                                 lora_dropout=config.lora_dropout, target_modules=targets,
-                                 task_type="CAUSAL_LM")
     return GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward],
                        args=args, train_dataset=prompts, rollout_func=rollout,
-                       peft_config=peft_config, callbacks=[_callback(run / METRICS_FILE)])
+                       peft_config=lora_config(config),
+                       callbacks=[metrics_callback(run, _StepTimes)])
 
 
 def _has_gpu() -> bool:
@@ -317,10 +265,7 @@ def _has_gpu() -> bool:
 
 def resumed_rl_config(run_dir: str | Path, **overrides: Any) -> RLRunConfig:
     """The config a run directory was started with (``RUN/config.yaml``), with overrides."""
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise RunError(f"nothing to resume in {run_dir}: no {CONFIG_FILE}")
-    return resolve_rl(file=path, **{"out": str(run_dir), **overrides})
+    return read_config(run_dir, resolve_rl, **overrides)
 
 
 def _summary(metrics: Path) -> dict[str, Any]:
@@ -352,8 +297,6 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
     """Train as ``config`` says, in ``config.out``; with ``resume``, continue from the newest
     checkpoint there.  ``evaluator`` (a ``codegen.measure.Evaluator``) measures the rewards;
     by default one for the target with the run's cache."""
-    import yaml
-
     if not config.model:
         raise RunError("name the model RL starts from: an SFT run directory or model (model)")
     if not config.data:
@@ -362,20 +305,13 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
         raise RunError("name the run directory (out)")
     source = model_dir(config.model)
     run = Path(config.out)
-    checkpoint = last_checkpoint(run) if resume else None
-    if resume and checkpoint is None:
-        raise RunError(f"nothing to resume in {run}: no checkpoints/checkpoint-STEP")
-    main = int(os.environ.get("RANK", "0")) == 0
-    if main and not resume and (run / CONFIG_FILE).exists():
-        raise RunError(f"{run} already holds a run (--resume continues it)")
+    checkpoint = start_run(run, resume=resume)
     started = time.time()
     target: Any = config.target or data_target(config.data)
     prompts = load_prompts(config)
     run.mkdir(parents=True, exist_ok=True)
-    if main:
-        tmp = run / f".{CONFIG_FILE}.tmp"
-        tmp.write_text(yaml.safe_dump(config_dict(config), sort_keys=False), encoding="utf-8")
-        os.replace(tmp, run / CONFIG_FILE)
+    if is_main_process():
+        write_config(config, run)
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
@@ -383,6 +319,7 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
     from codegen.measure import Evaluator, MeasureConfig
 
     from ..reward import RewardConfig, Rewarder
+    from ..sampling.rollout import ScheduleRollout
 
     set_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
@@ -396,8 +333,9 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
     if evaluator is None:
         evaluator = Evaluator(target, builders=config.builders, config=measure,
                               cache=str(run / CACHE_FILE))
-    rollout = TimedRollout(dict(zip(prompts["prompt"], prompts["workload"], strict=True)),
-                           evaluator.target)
+    rollout = ScheduleRollout(
+        workload_of(dict(zip(prompts["prompt"], prompts["workload"], strict=True))),
+        evaluator.target)
     rewarder = Rewarder(evaluator.target, RewardConfig(cap=config.cap,
                                                        retime_best=config.retime_best),
                         measure=measure, evaluator=evaluator)
@@ -406,16 +344,7 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
         trainer = build_grpo_trainer(config, model, tokenizer, prompts, reward, rollout,
                                      progress=progress)
         trainer.train(resume_from_checkpoint=checkpoint)
-        final = run / "final"
-        if config.use_peft:
-            trainer.save_model(str(run / "adapter"))
-            if trainer.is_world_process_zero():
-                trainer.model.merge_and_unload().save_pretrained(final)
-                tokenizer.save_pretrained(final)
-        else:
-            trainer.save_model(str(final))
-            if trainer.is_world_process_zero():
-                tokenizer.save_pretrained(final)
+        final = save_final(trainer, tokenizer, run, use_peft=config.use_peft)
     finally:
         rewarder.close()
         if owned:
@@ -424,7 +353,5 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
                       seconds=time.time() - started, prompts=len(prompts),
                       resumed_from=checkpoint, seed=config.seed,
                       **_summary(run / METRICS_FILE))
-    if trainer.is_world_process_zero():
-        (run / RESULT_FILE).write_text(json.dumps(result.as_dict(), indent=2) + "\n",
-                                       encoding="utf-8")
+    write_result(trainer, run, result)
     return result

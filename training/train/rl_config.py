@@ -14,12 +14,11 @@ training.train.config.ConfigError: Expected num_generations >= 2 ... but got num
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import TASKS, ConfigError, _help, check_types, deepspeed_path, resolve_config
+from .config import TASKS, _help, check_types, deepspeed_path, field_checker, resolve_config
 
 __all__ = ["LOSS_TYPES", "RLRunConfig", "RL_PRESETS", "resolve_rl"]
 
@@ -98,11 +97,7 @@ class RLRunConfig:
 
 def validate_rl(config: RLRunConfig) -> None:
     """Raise ``ConfigError`` naming the first field that is not sane."""
-    def need(ok: bool, name: str, expected: str) -> None:
-        if not ok:
-            raise ConfigError(f"Expected {name} {expected} but got "
-                              f"{name}={getattr(config, name)!r}", field=name)
-
+    need = field_checker(config)
     check_types(config)
     need(bool(config.task_list) and set(config.task_list) <= set(TASKS), "tasks",
          f"a comma-separated subset of {','.join(TASKS)}")
@@ -148,7 +143,3 @@ def resolve_rl(preset: str | None = None, file: str | Path | None = None,
                **overrides: Any) -> RLRunConfig:
     """The RL config of ``preset``, then ``file``'s fields, then ``overrides``."""
     return resolve_config(RLRunConfig, RL_PRESETS, preset, file, overrides)
-
-
-def rl_config_dict(config: RLRunConfig) -> dict[str, Any]:
-    return dataclasses.asdict(config)

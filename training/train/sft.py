@@ -3,7 +3,7 @@
 Both datasets' train splits are trained on together as prompt/completion pairs, so the loss
 covers the completion (the script and its ``<end>`` line, then EOS) and never the prompt
 (``SFTConfig(completion_only_loss=True)``); their validation splits are the eval set.  The
-run directory::
+run directory (``training.train.run_dir``)::
 
     RUN/config.yaml       the resolved SFTRunConfig (a resumed run reads it back)
     RUN/tokenizer/        the tokenizer (for model='tiny', trained on the train split's text)
@@ -22,27 +22,28 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dragon_dsl.errors import DragonError
+from .config import TINY, SFTRunConfig, deepspeed_path, resolve
+from .run_dir import (
+    METRICS_FILE,
+    RunError,
+    is_main_process,
+    last_checkpoint,
+    lora_config,
+    metrics_callback,
+    read_config,
+    save_final,
+    start_run,
+    write_config,
+    write_result,
+)
 
-from .config import TINY, SFTRunConfig, config_dict, deepspeed_path, resolve
-
-__all__ = ["MetricsCallback", "RunError", "SFTResult", "build_trainer", "check_tokenizer",
-           "last_checkpoint", "load_examples", "make_model", "make_tokenizer", "resumed_config",
-           "run_sft"]
-
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-RESULT_FILE = "result.json"
-
-
-class RunError(DragonError):
-    """A run that cannot start: missing data, a run directory in use, nothing to resume."""
+__all__ = ["RunError", "SFTResult", "build_trainer", "check_tokenizer", "last_checkpoint",
+           "load_examples", "make_model", "make_tokenizer", "resumed_config", "run_sft"]
 
 
 @dataclass
@@ -145,50 +146,6 @@ def make_model(config: SFTRunConfig, tokenizer: Any) -> Any:
     return AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True, dtype=dtype)
 
 
-class MetricsCallback:
-    """Appends each of the Trainer's logs to ``RUN/metrics.jsonl`` with the step, the wall
-    time and the training tokens per second since the previous line."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._mark: tuple[float, int] | None = None
-
-    def _tokens(self, state: Any, logs: dict[str, Any]) -> int:
-        # TRL's count of the tokens attended to; the Trainer's own count includes padding.
-        return int(logs.get("num_tokens") or getattr(state, "num_input_tokens_seen", 0) or 0)
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None,
-               **kwargs: Any) -> None:
-        if not state.is_world_process_zero or not logs:
-            return
-        now = time.time()
-        line: dict[str, Any] = {"step": state.global_step, "epoch": state.epoch, "time": now,
-                                **logs}
-        if "loss" in logs:
-            tokens = self._tokens(state, logs)
-            if self._mark is not None and now > self._mark[0] and tokens > self._mark[1]:
-                line["tokens_per_second"] = (tokens - self._mark[1]) / (now - self._mark[0])
-            self._mark = (now, tokens)
-        with self.path.open("a", encoding="utf-8") as out:
-            out.write(json.dumps(line) + "\n")
-
-
-def _callback(path: Path) -> Any:
-    from transformers import TrainerCallback
-
-    # TrainerCallback's no-op hooks, with MetricsCallback's on_log.
-    kind = type("JsonlMetrics", (MetricsCallback, TrainerCallback), {})
-    return kind(path)
-
-
-def last_checkpoint(run_dir: str | Path) -> str | None:
-    """The newest ``checkpoint-STEP`` in ``RUN/checkpoints``, or None."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    folder = Path(run_dir) / "checkpoints"
-    return get_last_checkpoint(str(folder)) if folder.is_dir() else None
-
-
 def build_trainer(config: SFTRunConfig, model: Any, tokenizer: Any, data: dict[str, Any], *,
                   progress: bool = True) -> Any:
     """TRL's ``SFTTrainer`` for ``config`` (checkpoints and metrics in ``config.out``)."""
@@ -216,37 +173,15 @@ def build_trainer(config: SFTRunConfig, model: Any, tokenizer: Any, data: dict[s
         deepspeed=str(deepspeed_path(config.deepspeed)) if config.deepspeed else None,
         include_num_input_tokens_seen=True, report_to="none", disable_tqdm=not progress,
         dataset_num_proc=None)
-    peft_config = None
-    if config.use_peft:
-        from peft import LoraConfig
-
-        modules = config.lora_target_modules
-        targets: Any = modules if modules == "all-linear" else \
-            [m.strip() for m in modules.split(",") if m.strip()]
-        peft_config = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
-                                 lora_dropout=config.lora_dropout, target_modules=targets,
-                                 task_type="CAUSAL_LM")
     return SFTTrainer(model=model, args=args, train_dataset=data["train"],
                       eval_dataset=data["validation"] if evaluate else None,
-                      processing_class=tokenizer, peft_config=peft_config,
-                      callbacks=[_callback(run / METRICS_FILE)])
-
-
-def _write_config(config: SFTRunConfig, run: Path) -> None:
-    import yaml
-
-    text = yaml.safe_dump(config_dict(config), sort_keys=False)
-    tmp = run / f".{CONFIG_FILE}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, run / CONFIG_FILE)
+                      processing_class=tokenizer, peft_config=lora_config(config),
+                      callbacks=[metrics_callback(run)])
 
 
 def resumed_config(run_dir: str | Path, **overrides: Any) -> SFTRunConfig:
     """The config a run directory was started with (``RUN/config.yaml``), with overrides."""
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise RunError(f"nothing to resume in {run_dir}: no {CONFIG_FILE}")
-    return resolve(file=path, **{"out": str(run_dir), **overrides})
+    return read_config(run_dir, resolve, **overrides)
 
 
 def _summary(metrics: Path) -> dict[str, Any]:
@@ -278,18 +213,14 @@ def run_sft(config: SFTRunConfig, *, resume: bool = False, progress: bool = True
     if config.model != TINY and not Path(config.model).is_dir():
         raise RunError(f"no local model directory {config.model} (nothing is downloaded)")
     run = Path(config.out)
-    checkpoint = last_checkpoint(run) if resume else None
-    if resume and checkpoint is None:
-        raise RunError(f"nothing to resume in {run}: no checkpoints/checkpoint-STEP")
+    checkpoint = start_run(run, resume=resume)
     # Under `accelerate launch` every process runs this; the first one writes the files.
-    main = int(os.environ.get("RANK", "0")) == 0
-    if main and not resume and (run / CONFIG_FILE).exists():
-        raise RunError(f"{run} already holds a run (--resume continues it)")
+    main = is_main_process()
     started = time.time()
     data = load_examples(config)
     run.mkdir(parents=True, exist_ok=True)
     if main:
-        _write_config(config, run)
+        write_config(config, run)
     tokenizer_dir = run / "tokenizer"
     if resume and tokenizer_dir.is_dir():
         from transformers import AutoTokenizer
@@ -317,22 +248,11 @@ def run_sft(config: SFTRunConfig, *, resume: bool = False, progress: bool = True
     best = trainer.state.best_model_checkpoint if trainer.args.load_best_model_at_end else None
     if len(data["validation"]) and (best or not evaluated):  # the final model's eval loss
         trainer.evaluate()
-    final = run / "final"
-    if config.use_peft:
-        # The adapters, then the model with them merged.  Under DeepSpeed ZeRO-3 the merge
-        # needs the whole weights in one process: not tried on a GPU yet (see README).
-        trainer.save_model(str(run / "adapter"))
-        if trainer.is_world_process_zero():
-            trainer.model.merge_and_unload().save_pretrained(final)
-            tokenizer.save_pretrained(final)
-    else:
-        trainer.save_model(str(final))  # gathers ZeRO-3 shards; saves the tokenizer too
+    final = save_final(trainer, tokenizer, run, use_peft=config.use_peft)
     result = SFTResult(run_dir=str(run), final_dir=str(final), steps=trainer.state.global_step,
                        seconds=time.time() - started, train_examples=len(data["train"]),
                        eval_examples=len(data["validation"]), truncated_examples=truncated,
                        resumed_from=checkpoint, best_checkpoint=best, seed=config.seed,
                        **_summary(run / METRICS_FILE))
-    if trainer.is_world_process_zero():
-        (run / RESULT_FILE).write_text(json.dumps(result.as_dict(), indent=2) + "\n",
-                                       encoding="utf-8")
+    write_result(trainer, run, result)
     return result

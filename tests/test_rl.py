@@ -1,0 +1,167 @@
+"""``dragon rl`` (training.train.rl): real short GRPO runs on the CPU, rollouts decoded
+schedule-aware and rewards measured on llvm kernels.
+
+The small `dragon datagen` output of ``tests/tiny_datagen.py`` feeds a very small SFT run (a few
+seconds), the model RL starts from; one 2-step GRPO run of it, checkpointed every step, feeds
+the tests of the run directory, the metrics and the weights, and resume adds a third step to a
+copy of it.  How rewards rank real kernels (wrong < slow < fast, refinements against their
+start) is tests/test_reward.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dragon_dsl.cli_kit import ExitCode
+from training.train import (
+    RL_PRESETS,
+    RLResult,
+    RLRunConfig,
+    RunError,
+    SFTRunConfig,
+    resolve_rl,
+    resumed_rl_config,
+    run_rl,
+    run_sft,
+)
+
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def sft_model(datagen_dir, tmp_path_factory) -> Path:
+    """An SFT run directory: a tiny model trained 8 steps on the data (its final/ model)."""
+    out = tmp_path_factory.mktemp("sft") / "run"
+    run_sft(SFTRunConfig(data=str(datagen_dir), out=str(out), model="tiny", hidden_size=32,
+                         layers=1, heads=2, vocab_size=400, max_steps=8, learning_rate=1e-2,
+                         lr_scheduler="constant", batch_size=4, max_length=768,
+                         logging_steps=4, eval_steps=0, max_eval_examples=4, save_steps=8,
+                         keep_best=False), progress=False)
+    return out
+
+
+def _config(data: Path, model: Path, out: Path, **changes) -> RLRunConfig:
+    # One construction and one refinement prompt, 4 completions of one prompt a step.
+    base = dict(model=str(model), data=str(data), out=str(out), max_prompts=2,
+                num_generations=4, prompts_per_step=1, max_steps=STEPS, learning_rate=1e-4,
+                lr_scheduler="constant", warmup_steps=0, max_new_tokens=160, repeat=2,
+                min_repeat_ms=1.0, builders=2, logging_steps=1, save_steps=1,
+                save_total_limit=3)
+    return RLRunConfig(**{**base, **changes})
+
+
+@pytest.fixture(scope="module")
+def rl_run(datagen_dir, sft_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rl") / "run"
+    return run_rl(_config(datagen_dir, sft_model, out), progress=False)
+
+
+def _metrics(root: str | Path) -> list[dict]:
+    return [json.loads(line) for line in (Path(root) / "metrics.jsonl").read_text().splitlines()]
+
+
+# ---- configs -------------------------------------------------------------------------------
+
+def test_presets_validate_without_a_model():
+    assert resolve_rl("tiny") == RL_PRESETS["tiny"]
+    assert resolve_rl("paper", model="/no/such/model").use_peft
+
+
+# ---- a real run ----------------------------------------------------------------------------
+
+def test_the_run_directory_is_complete(rl_run, datagen_dir, sft_model):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    root = Path(rl_run.run_dir)
+    assert isinstance(rl_run, RLResult)
+    assert rl_run.steps == STEPS and rl_run.prompts == 2 and rl_run.resumed_from is None
+    assert resumed_rl_config(root) == _config(datagen_dir, sft_model, root)
+    steps = [r for r in _metrics(root) if "loss" in r]
+    assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
+    for row in steps:
+        # The reward, what the measurements found, and where the step's time went.
+        assert -1.0 <= row["reward"] <= 1.0
+        assert 0.0 <= row["measure/correct_share"] <= 1.0
+        assert row["measure/apply_share"] == 1.0  # schedule-aware: every rollout applies
+        assert row["time/generation_s"] > 0 and row["time/measurement_s"] > 0
+        assert 0.0 < row["mask/kept_mass"] <= 1.0
+    summary = json.loads((root / "result.json").read_text())
+    assert summary["steps"] == STEPS and summary["correct_share"] is not None
+    assert summary["first_reward"] == steps[0]["reward"]
+    assert sorted(p.name for p in (root / "checkpoints").glob("checkpoint-*")) == \
+        [f"checkpoint-{s}" for s in range(1, STEPS + 1)]
+    model = AutoModelForCausalLM.from_pretrained(rl_run.final_dir, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(rl_run.final_dir, local_files_only=True)
+    assert model.config.vocab_size >= len(tokenizer)
+
+
+def test_the_weights_moved(rl_run, sft_model):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    assert any(r.get("grad_norm", 0) > 0 for r in _metrics(rl_run.run_dir))
+    before = AutoModelForCausalLM.from_pretrained(sft_model / "final", local_files_only=True)
+    after = AutoModelForCausalLM.from_pretrained(rl_run.final_dir, local_files_only=True)
+    old, new = before.state_dict(), after.state_dict()
+    assert old.keys() == new.keys()
+    assert all(torch.isfinite(t).all() for t in new.values())
+    moved = [k for k in old if not torch.equal(old[k], new[k])]
+    assert moved, "GRPO changed no weight"
+
+
+def test_resume_continues_from_the_last_checkpoint(rl_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(rl_run.run_dir, copy)
+    shutil.rmtree(copy / "final")
+    before = len(_metrics(copy))
+    with pytest.raises(RunError, match="already holds a run"):
+        run_rl(resumed_rl_config(copy), progress=False)
+    result = run_rl(resumed_rl_config(copy, max_steps=STEPS + 1), resume=True, progress=False)
+    assert Path(result.resumed_from).name == f"checkpoint-{STEPS}"
+    assert result.steps == STEPS + 1
+    after = [r for r in _metrics(copy)[before:] if "loss" in r]
+    assert [r["step"] for r in after] == [STEPS + 1]
+    assert (copy / "final" / "config.json").is_file()
+
+
+# ---- runs that cannot start ----------------------------------------------------------------
+
+def test_nothing_to_resume(datagen_dir, sft_model, tmp_path):
+    with pytest.raises(RunError, match="nothing to resume .* no config.yaml"):
+        resumed_rl_config(tmp_path)
+    with pytest.raises(RunError, match="nothing to resume .* no checkpoints"):
+        run_rl(_config(datagen_dir, sft_model, tmp_path / "out"), resume=True, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_model_path_that_is_not_a_model(datagen_dir, tmp_path):
+    (tmp_path / "notes.txt").write_text("not a model")
+    with pytest.raises(RunError, match="no model in .*config.json.*nothing is downloaded"):
+        run_rl(_config(datagen_dir, tmp_path, tmp_path / "out"), progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_data_without_datasets(datagen_dir, sft_model, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(RunError, match="cannot read the data's target.*give --target"):
+        run_rl(_config(empty, sft_model, tmp_path / "out"), progress=False)
+    shutil.copy(datagen_dir / "datagen.json", empty)  # the target, but no datasets
+    with pytest.raises(RunError, match="no construction dataset in"):
+        run_rl(_config(empty, sft_model, tmp_path / "out"), progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_validates_and_refuses(tmp_path, capsys):
+    from dragon_dsl.cli import main
+
+    assert main(["rl", "--preset", "paper", "--model", "/no/such/model", "--validate"]) == 0
+    assert json.loads(capsys.readouterr().out)["model"] == "/no/such/model"
+    assert main(["rl", "--resume", "--out", str(tmp_path)]) == ExitCode.USAGE
+    assert "nothing to resume" in capsys.readouterr().err
+    assert main(["rl", "--preset", "tiny", "--num-generations", "1"]) == ExitCode.USAGE
+    assert "num_generations" in capsys.readouterr().err
