@@ -28,3 +28,18 @@ def datagen_dir(tmp_path_factory):
     from .tiny_datagen import write_datagen
 
     return write_datagen(tmp_path_factory.mktemp("datagen"))
+
+
+@pytest.fixture(scope="session")
+def sft_model(datagen_dir, tmp_path_factory):
+    """An SFT run directory: a very small model trained 8 steps on ``datagen_dir`` (a few
+    seconds), checkpointed at steps 4 and 8; its final/ model is step 8's."""
+    from training.train import SFTRunConfig, run_sft
+
+    out = tmp_path_factory.mktemp("sft") / "run"
+    run_sft(SFTRunConfig(data=str(datagen_dir), out=str(out), model="tiny", hidden_size=32,
+                         layers=1, heads=2, vocab_size=400, max_steps=8, learning_rate=1e-2,
+                         lr_scheduler="constant", batch_size=4, max_length=768,
+                         logging_steps=4, eval_steps=0, max_eval_examples=4, save_steps=4,
+                         keep_best=False), progress=False)
+    return out

@@ -2,7 +2,8 @@
 measured beside its references, the field's figures, the report, resume and bad input.
 
 The data comes from a real MetaSchedule search (softmax lands in the validation split, which
-the tests evaluate on); the models are a few-second SFT run and its first checkpoint.
+the tests evaluate on); the models are a few-second SFT run (``conftest.sft_model``) and its
+first checkpoint.
 """
 
 from __future__ import annotations
@@ -31,16 +32,8 @@ def data_dir(datagen_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
-def models(data_dir, tmp_path_factory) -> dict[str, str]:
-    from training.train import SFTRunConfig, run_sft
-
-    out = tmp_path_factory.mktemp("eval-sft") / "run"
-    run_sft(SFTRunConfig(data=str(data_dir), out=str(out), model="tiny", hidden_size=32,
-                         layers=1, heads=2, vocab_size=400, max_steps=8, learning_rate=1e-2,
-                         warmup_steps=0, batch_size=4, max_length=768, logging_steps=4,
-                         eval_steps=4, save_steps=4, lr_scheduler="constant"),
-            progress=False)
-    return {"early": str(out / "checkpoints" / "checkpoint-4"), "final": str(out)}
+def models(sft_model) -> dict[str, str]:
+    return {"early": str(sft_model / "checkpoints" / "checkpoint-4"), "final": str(sft_model)}
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +117,7 @@ def test_a_corrupt_sample_file_is_named(evaluation, data_dir, models, tmp_path):
 
 
 def test_missing_data_and_models_are_clear_errors(data_dir, models, tmp_path):
-    from training.train.sft import RunError
+    from training.train.run_dir import RunError
 
     with pytest.raises(TaskError, match="no construction dataset"):
         load_tasks(tmp_path)
@@ -135,7 +128,8 @@ def test_missing_data_and_models_are_clear_errors(data_dir, models, tmp_path):
 
 
 def test_cli_prints_the_summary_of_a_finished_evaluation(evaluation, data_dir, models):
-    out, summary = evaluation
+    out, _ = evaluation
+    summary = json.loads((out / "summary.json").read_text())  # the latest run's
     args = [DRAGON, "eval", "--data", str(data_dir), "--out", str(out), "--split", "validation",
             "--max-tasks", "1", "-k", "2", "--max-new-tokens", "384", "--repeat", "2",
             "--min-repeat-ms", "1", "--target", json.dumps(TARGET), "--json", "-q"]

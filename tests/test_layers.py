@@ -23,6 +23,7 @@ LAYERS = {
                  "training.constraints", "training.statement_grammar", "training.tokenizer",
                  "training.sampling",
                  "training.propose", "training.reward", "training.datagen", "training.train",
+                 "training.evaluate",
                  "training.cli"],
 }
 

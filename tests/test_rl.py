@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,26 +23,13 @@ from training.train import (
     RLResult,
     RLRunConfig,
     RunError,
-    SFTRunConfig,
     resolve_rl,
     resumed_rl_config,
     run_rl,
-    run_sft,
 )
+from training.train.config import CONFIGS_DIR
 
 STEPS = 2
-
-
-@pytest.fixture(scope="module")
-def sft_model(datagen_dir, tmp_path_factory) -> Path:
-    """An SFT run directory: a tiny model trained 8 steps on the data (its final/ model)."""
-    out = tmp_path_factory.mktemp("sft") / "run"
-    run_sft(SFTRunConfig(data=str(datagen_dir), out=str(out), model="tiny", hidden_size=32,
-                         layers=1, heads=2, vocab_size=400, max_steps=8, learning_rate=1e-2,
-                         lr_scheduler="constant", batch_size=4, max_length=768,
-                         logging_steps=4, eval_steps=0, max_eval_examples=4, save_steps=8,
-                         keep_best=False), progress=False)
-    return out
 
 
 def _config(data: Path, model: Path, out: Path, **changes) -> RLRunConfig:
@@ -69,6 +57,12 @@ def _metrics(root: str | Path) -> list[dict]:
 def test_presets_validate_without_a_model():
     assert resolve_rl("tiny") == RL_PRESETS["tiny"]
     assert resolve_rl("paper", model="/no/such/model").use_peft
+
+
+def test_the_config_files_say_what_the_presets_say():
+    assert resolve_rl(file=CONFIGS_DIR / "rl_tiny.yaml") == RL_PRESETS["tiny"]
+    paper = resolve_rl(file=CONFIGS_DIR / "rl_paper.yaml")
+    assert paper == replace(RL_PRESETS["paper"], model="runs/sft-paper")
 
 
 # ---- a real run ----------------------------------------------------------------------------

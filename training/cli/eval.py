@@ -38,7 +38,7 @@ def _models(values: list[str]) -> dict[str, str]:
 def cmd_eval(args) -> int:
     from ..evaluate import EvalConfig, EvalError, TaskError, run_eval
     from ..train.config import ConfigError
-    from ..train.sft import RunError
+    from ..train.run_dir import RunError
 
     try:
         config = EvalConfig(split=args.split, kinds=tuple(args.kinds), max_tasks=args.max_tasks,

@@ -167,7 +167,7 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     from codegen.measure import Evaluator, MeasureConfig
     from codegen.workloads import workload as make_workload
 
-    from ..train.rl import data_target, model_dir
+    from ..train.run_dir import data_target, model_dir
     from .metrics import head_to_head, summarize
     from .report import write_report
 

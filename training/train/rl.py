@@ -47,9 +47,11 @@ from .run_dir import (
     METRICS_FILE,
     MetricsCallback,
     RunError,
+    data_target,
     is_main_process,
     lora_config,
     metrics_callback,
+    model_dir,
     read_config,
     save_final,
     start_run,
@@ -88,26 +90,6 @@ class RLResult:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def model_dir(model: str) -> Path:
-    """The model directory of ``model``: a run directory's ``final/``, or the directory."""
-    path = Path(model)
-    if (path / "final" / "config.json").is_file():
-        return path / "final"
-    if (path / "config.json").is_file():
-        return path
-    raise RunError(f"no model in {model}: expected a model directory (config.json) or an SFT "
-                   "run directory with final/ (nothing is downloaded)")
-
-
-def data_target(data: str | Path) -> dict[str, Any]:
-    """The target a ``dragon datagen`` output was searched for (its ``datagen.json``)."""
-    path = Path(data) / "datagen.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))["settings"]["target"]
-    except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise RunError(f"cannot read the data's target from {path}: {exc}; give --target") from None
 
 
 def load_prompts(config: RLRunConfig) -> Any:

@@ -32,8 +32,8 @@ from dragon_dsl.errors import DragonError
 from .config import config_dict
 
 __all__ = ["CONFIG_FILE", "METRICS_FILE", "RESULT_FILE", "MetricsCallback", "RunError",
-           "is_main_process", "last_checkpoint", "lora_config", "metrics_callback",
-           "read_config", "save_final", "start_run", "write_config", "write_result"]
+           "data_target", "is_main_process", "last_checkpoint", "lora_config", "metrics_callback",
+           "model_dir", "read_config", "save_final", "start_run", "write_config", "write_result"]
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
@@ -159,3 +159,23 @@ def write_result(trainer: Any, run: Path, result: Any) -> None:
     if trainer.is_world_process_zero():
         (run / RESULT_FILE).write_text(json.dumps(result.as_dict(), indent=2) + "\n",
                                        encoding="utf-8")
+
+
+def model_dir(model: str) -> Path:
+    """The model directory of ``model``: a run directory's ``final/``, or the directory."""
+    path = Path(model)
+    if (path / "final" / "config.json").is_file():
+        return path / "final"
+    if (path / "config.json").is_file():
+        return path
+    raise RunError(f"no model in {model}: expected a model directory (config.json) or an SFT "
+                   "run directory with final/ (nothing is downloaded)")
+
+
+def data_target(data: str | Path) -> dict[str, Any]:
+    """The target a ``dragon datagen`` output was searched for (its ``datagen.json``)."""
+    path = Path(data) / "datagen.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["settings"]["target"]
+    except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise RunError(f"cannot read the data's target from {path}: {exc}; give --target") from None
