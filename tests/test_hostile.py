@@ -77,7 +77,7 @@ def test_version_and_bare_invocations(capsys):
 def test_every_help_has_examples_and_no_rst_markup(capsys):
     commands = ["check", "fmt", "encode", "decode", "apply", "bench", "demo", "sample",
                 "workloads", "init-model", "workloads list", "workloads show",
-                "workloads sample", "datagen", "sft", "rl"]
+                "workloads sample", "datagen", "sft", "rl", "eval"]
     assert run(["--help"], capsys)[0] == OK
     for command in commands:
         code, out, _ = run([*command.split(), "--help"], capsys)
@@ -583,6 +583,24 @@ def test_datagen_out_must_be_a_directory(tmp_path, capsys):
     code, _, err = run(["datagen", "--out", write(tmp_path, "f", "x"), "--preset", "tiny"],
                        capsys)
     assert code == USAGE and "not a directory" in one_line(err)
+
+
+# ---- eval ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--model", "=x"], "expected NAME=PATH"),
+    (["--model", "a=x", "--model", "a=y"], "two models named 'a'"),
+    (["--model", "a=DIR", "-k", "0"], "attempts >= 1"),
+    (["--model", "a=DIR"], "no model in"),
+    (["--model", "a=DIR", "--target", "{oops"], "no model in"),
+])
+def test_eval_bad_flags_fail_before_any_measuring(tmp_path, capsys, flags, needle):
+    flags = [f.replace("DIR", str(tmp_path)) for f in flags]
+    code, _, err = run(["eval", *flags, "--data", str(tmp_path), "--out",
+                        str(tmp_path / "out")], capsys)
+    assert code == USAGE, err
+    assert needle in one_line(err)
+    assert not (tmp_path / "out").exists()
 
 
 # ---- sft -----------------------------------------------------------------------------------
