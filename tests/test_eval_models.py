@@ -89,11 +89,14 @@ def test_the_report_has_its_tables_and_plots(evaluation):
 def test_a_rerun_measures_only_what_is_missing(evaluation, data_dir, models):
     out, summary = evaluation
     files = sorted((out / "samples").rglob("*.jsonl"))
-    stamps = {p: p.stat().st_mtime_ns for p in files}
+    scripts = sorted((out / "generated").rglob("*.json"))
+    assert len(scripts) == len(files) == 2 * len(models)
+    stamps = {p: p.stat().st_mtime_ns for p in files + scripts}
     files[0].unlink()
     again = run_eval(models, data_dir, out, target=TARGET, config=CONFIG, progress=False)
     assert files[0].is_file()
-    assert all(p.stat().st_mtime_ns == stamps[p] for p in files[1:])
+    # Measured again from the scripts already generated; nothing else touched.
+    assert all(p.stat().st_mtime_ns == stamps[p] for p in files[1:] + scripts)
     assert again["by_model"].keys() == summary["by_model"].keys()
 
 

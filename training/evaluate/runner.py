@@ -1,14 +1,17 @@
 """``run_eval``: models side by side on held-out tasks, every attempt measured in one session.
 
-For each task the references are measured first, by the same ``Evaluator`` (no cache) that
-then measures the attempts: the unscheduled kernel, the start script of a refinement task and
-MetaSchedule's best script.  Each model then writes ``attempts`` scripts per task by
-schedule-aware decoding; each script is built, verified against the unscheduled kernel's
-outputs and timed.  The output directory::
+Each model writes ``attempts`` scripts per task by schedule-aware decoding (the refinement
+prompt carries the start script's latency, measured first).  Then, task by task, one
+``Evaluator`` (no cache) measures the references (the unscheduled kernel, the start script of
+a refinement task, MetaSchedule's best script) and every model's attempts, interleaved, in
+one batch: each script is built, verified against the unscheduled kernel's outputs and timed
+beside its baseline and its rivals.  The output directory::
 
     OUT/eval.json            the models, data, target and settings (a rerun must match them)
-    OUT/samples/MODEL/*.jsonl  one file per (model, task), written whole: a rerun measures only
-                             the (model, task) pairs without one, so an interrupted run resumes
+    OUT/generated/MODEL/*.json  a model's scripts for a task, before they are measured
+    OUT/samples/MODEL/*.jsonl  one file per (model, task), measured, written whole: a rerun
+                             samples and measures only what has no file, so an interrupted run
+                             resumes
     OUT/samples.jsonl        every attempt of every model, one JSON object per line
     OUT/summary.json         ``metrics.summarize`` and the head-to-head counts
     OUT/report.md, *.png     ``report.write_report``
@@ -197,7 +200,7 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
         evaluator = Evaluator(target, builders=config.builders, config=measure, cache=False)
     try:
         if todo:
-            _measure(todo, dirs, evaluator, store, config, make_workload, progress)
+            _evaluate(todo, dirs, tasks, evaluator, store, config, make_workload, progress)
     finally:
         if owned:
             evaluator.close()
@@ -217,50 +220,117 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     return summary
 
 
-def _measure(todo, dirs, evaluator, store, config, make_workload, progress) -> None:
+def _evaluate(todo, dirs, tasks, evaluator, store, config, make_workload, progress) -> None:
+    """Generate, model by model (one in memory at a time), then measure task by task: the
+    references and every model's attempts of a task in one batch, the models interleaved, so
+    that no model is timed under other conditions than its rival or its baseline."""
+    from tqdm.auto import tqdm
+
+    session = time.strftime("%Y-%m-%dT%H:%M:%S")
+    workloads: dict[str, Any] = {}
+
+    def workload_of(task: EvalTask) -> Any:
+        if task.workload not in workloads:
+            workloads[task.workload] = make_workload(task.workload)
+        return workloads[task.workload]
+
+    by_task: dict[str, list[str]] = {}
+    for name, task in todo:
+        by_task.setdefault(task.id, []).append(name)
+    pending = [t for t in tasks if t.id in by_task]
+    generated = _Generated(store.root.parent)
+    # 1. The refinement prompts carry the start script's latency, measured now.
+    start_s: dict[str, float | None] = {}
+    for task in pending:
+        if task.kind == "refinement" and not all(generated.has(n, task)
+                                                 for n in by_task[task.id]):
+            [outcome] = evaluator.evaluate(workload_of(task), [task.start_script])
+            start_s[task.id] = outcome.latency_s if outcome.ok else None
+    # 2. Generation.
+    for name in dirs:
+        mine = [t for t in pending if name in by_task[t.id] and not generated.has(name, t)
+                and start_s.get(t.id, 1.0) is not None]
+        if mine:
+            _generate(name, dirs[name], mine, start_s, generated, evaluator.target, config,
+                      workload_of, progress)
+    # 3. Measurement.
+    for task in tqdm(pending, desc="measure", unit="task", disable=not progress):
+        wl = workload_of(task)
+        names = by_task[task.id]
+        refs = measure_references(task, wl, evaluator)
+        base = {"session": session, "task": task.id, "kind": task.kind,
+                "workload": task.workload, "family": task.family, **refs}
+        made = {n: generated.read(n, task) for n in names if generated.has(n, task)}
+        for name in names:
+            if name not in made:  # the start script did not run correctly when prompted
+                store.write(name, task, [
+                    {**base, "model": name, "attempt": i, "status": "skipped",
+                     "message": "the start script to refine is not correct here"}
+                    for i in range(config.attempts)])
+        order = [(n, i) for i in range(config.attempts) for n in made]
+        outcomes = evaluator.evaluate(wl, [made[n]["samples"][i]["script"] for n, i in order])
+        measured = dict(zip(order, outcomes, strict=True))
+        for name, gen in made.items():
+            rows = []
+            for i, sample in enumerate(gen["samples"]):
+                o = measured[(name, i)]
+                rows.append({**base, "model": name, "attempt": i, **sample,
+                             "status": o.status.value, "stage": o.stage,
+                             "message": o.message[:500],
+                             "latency_s": o.latency_s if o.ok else None,
+                             "generation_s": gen["generation_s"]})
+            store.write(name, task, rows)
+
+
+class _Generated:
+    """``OUT/generated/MODEL/TASK.json``: a model's scripts for a task before they are measured
+    (a resumed run measures them without sampling again)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root / "generated"
+
+    def path(self, model: str, task: EvalTask) -> Path:
+        return self.root / _slug(model) / f"{_slug(task.id)}.json"
+
+    def has(self, model: str, task: EvalTask) -> bool:
+        return self.path(model, task).is_file()
+
+    def write(self, model: str, task: EvalTask, data: dict[str, Any]) -> None:
+        from ..datagen.records import write_atomically
+
+        path = self.path(model, task)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(str(path), json.dumps(data) + "\n")
+
+    def read(self, model: str, task: EvalTask) -> dict[str, Any]:
+        path = self.path(model, task)
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise EvalError(f"{path}: unreadable generated scripts ({exc}); delete it to "
+                            "sample them again") from None
+
+
+def _generate(name, path, tasks, start_s, generated, target, config, workload_of,
+              progress) -> None:
     from tqdm.auto import tqdm
 
     from ..prompts import construction_prompt, refinement_prompt
     from ..sampling import SamplingConfig, load
     from ..sampling.schedule_aware import sample_schedule_aware
 
-    session = time.strftime("%Y-%m-%dT%H:%M:%S")
-    refs: dict[str, dict[str, Any]] = {}
-    workloads: dict[str, Any] = {}
-    loaded: tuple[str, Any, Any] | None = None
-    bar = tqdm(todo, desc="eval", unit="task", disable=not progress)
-    for name, task in bar:
-        bar.set_postfix_str(f"{name} {task.id}", refresh=False)
-        if task.workload not in workloads:
-            workloads[task.workload] = make_workload(task.workload)
-        wl = workloads[task.workload]
-        if task.id not in refs:
-            refs[task.id] = measure_references(task, wl, evaluator)
-        ref = refs[task.id]
-        base = {"session": session, "model": name, "task": task.id, "kind": task.kind,
-                "workload": task.workload, "family": task.family, **ref}
-        if task.kind == "refinement":
-            if ref.get("start_s") is None:  # the script to improve does not run here
-                store.write(name, task, [{**base, "attempt": i, "status": "skipped",
-                                          "message": "the start script is not correct here"}
-                                         for i in range(config.attempts)])
-                continue
-            prompt = refinement_prompt(wl, evaluator.target, task.start_script, ref["start_s"])
-        else:
-            prompt = construction_prompt(wl, evaluator.target)
-        if loaded is None or loaded[0] != name:
-            loaded = (name, *load(dirs[name]))
-        _, model, tokenizer = loaded
+    model, tokenizer = load(path)
+    for task in tqdm(tasks, desc=f"generate {name}", unit="task", disable=not progress):
+        wl = workload_of(task)
+        prompt = (refinement_prompt(wl, target, task.start_script, start_s[task.id])
+                  if task.kind == "refinement" else construction_prompt(wl, target))
         sampling = SamplingConfig(n=config.attempts, temperature=config.temperature,
                                   top_p=config.top_p, max_new_tokens=config.max_new_tokens,
                                   seed=_task_seed(config.seed, task), batch_size=config.attempts)
         started = time.perf_counter()
-        samples = sample_schedule_aware(model, tokenizer, prompt, wl, evaluator.target, sampling)
-        generation_s = (time.perf_counter() - started) / len(samples)
-        outcomes = evaluator.evaluate(wl, [s.text for s in samples])
-        store.write(name, task, [
-            {**base, "attempt": i, "script": s.text, "finish_reason": s.finish_reason,
-             "tokens": s.n_tokens, "applies_live": s.applies, "resampled": s.resampled,
-             "status": o.status.value, "stage": o.stage, "message": o.message[:500],
-             "latency_s": o.latency_s if o.ok else None, "generation_s": generation_s}
-            for i, (s, o) in enumerate(zip(samples, outcomes, strict=True))])
+        samples = sample_schedule_aware(model, tokenizer, prompt, wl, target, sampling)
+        generated.write(name, task, {
+            "prompt": prompt, "generation_s": (time.perf_counter() - started) / len(samples),
+            "samples": [{"script": s.text, "finish_reason": s.finish_reason,
+                         "tokens": s.n_tokens, "applies_live": s.applies,
+                         "resampled": s.resampled} for s in samples]})
