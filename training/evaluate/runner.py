@@ -86,24 +86,35 @@ def _task_seed(seed: int, task: EvalTask) -> int:
     return seed + int(hashlib.sha256(task.id.encode()).hexdigest()[:8], 16)
 
 
-class _Store:
-    """``OUT/samples/MODEL/TASK.jsonl``: one file per (model, task), written atomically."""
+class _Files:
+    """``OUT/FOLDER/MODEL/TASK.SUFFIX``: one file per (model, task), written atomically."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root / "samples"
+    folder = suffix = ""
+
+    def __init__(self, out: Path) -> None:
+        self.root = out / self.folder
 
     def path(self, model: str, task: EvalTask) -> Path:
-        return self.root / _slug(model) / f"{_slug(task.id)}.jsonl"
+        return self.root / _slug(model) / f"{_slug(task.id)}.{self.suffix}"
 
     def has(self, model: str, task: EvalTask) -> bool:
         return self.path(model, task).is_file()
 
-    def write(self, model: str, task: EvalTask, rows: list[dict[str, Any]]) -> None:
+    def _write(self, model: str, task: EvalTask, text: str) -> None:
         from ..datagen.records import write_atomically
 
         path = self.path(model, task)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(str(path), "".join(json.dumps(r) + "\n" for r in rows))
+        write_atomically(str(path), text)
+
+
+class _Store(_Files):
+    """The measured rows of a (model, task)."""
+
+    folder, suffix = "samples", "jsonl"
+
+    def write(self, model: str, task: EvalTask, rows: list[dict[str, Any]]) -> None:
+        self._write(model, task, "".join(json.dumps(r) + "\n" for r in rows))
 
     def rows(self, models: list[str], tasks: list[EvalTask]) -> list[dict[str, Any]]:
         out = []
@@ -282,25 +293,14 @@ def _evaluate(todo, dirs, tasks, evaluator, store, config, make_workload, progre
             store.write(name, task, rows)
 
 
-class _Generated:
-    """``OUT/generated/MODEL/TASK.json``: a model's scripts for a task before they are measured
-    (a resumed run measures them without sampling again)."""
+class _Generated(_Files):
+    """A model's scripts for a task before they are measured (a resumed run measures them
+    without sampling again)."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root / "generated"
-
-    def path(self, model: str, task: EvalTask) -> Path:
-        return self.root / _slug(model) / f"{_slug(task.id)}.json"
-
-    def has(self, model: str, task: EvalTask) -> bool:
-        return self.path(model, task).is_file()
+    folder, suffix = "generated", "json"
 
     def write(self, model: str, task: EvalTask, data: dict[str, Any]) -> None:
-        from ..datagen.records import write_atomically
-
-        path = self.path(model, task)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(str(path), json.dumps(data) + "\n")
+        self._write(model, task, json.dumps(data) + "\n")
 
     def read(self, model: str, task: EvalTask) -> dict[str, Any]:
         path = self.path(model, task)
