@@ -72,6 +72,17 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _speedup_axis(ax: Any, which: str) -> None:
+    """A log axis labelled 0.5x, 1x, 2x rather than in powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    getattr(ax, f"set_{which}scale")("log")
+    axis = getattr(ax, f"{which}axis")
+    axis.set_major_locator(LogLocator(base=2))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    axis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+
+
 def write_report(out: Path, summary: dict[str, Any], rows: list[dict[str, Any]]) -> None:
     """``report.md`` and the plots, in ``out``."""
     import matplotlib
@@ -110,7 +121,7 @@ def write_report(out: Path, summary: dict[str, Any], rows: list[dict[str, Any]])
             ax.boxplot(data, tick_labels=models)
             for i, values in enumerate(data, 1):
                 ax.scatter([i] * len(values), values, s=10, alpha=0.6)
-        ax.set_yscale("log")
+        _speedup_axis(ax, "y")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_title(f"{kind}: best speedup per task")
         ax.set_ylabel("over the unscheduled kernel")
@@ -129,8 +140,8 @@ def write_report(out: Path, summary: dict[str, Any], rows: list[dict[str, Any]])
                     xs.append(ref[t] / other["latency_s"])
                     ys.append(ref[t] / r["latency_s"])
             ax.scatter(xs, ys, marker=marker, label=kind, alpha=0.7)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
+        _speedup_axis(ax, "x")
+        _speedup_axis(ax, "y")
         low, high = ax.get_xlim()
         ax.plot([low, high], [low, high], color="grey", lw=0.8)
         ax.set_xlabel(f"{b}: best speedup")
