@@ -62,6 +62,8 @@ def test_every_kernel_timed_is_counted_once(result):
     retimed = len(result.final)  # the best and both baselines, when a script was correct
     assert retimed in (0, 3)
     assert result.measurements == 2 + len(result.candidates) + retimed
+    assert result.spent == {"baselines": 2, "given": 0, "sampled": len(result.candidates),
+                            "retimed": retimed}
 
 
 def test_the_best_is_correct_and_its_speedups_come_from_one_retiming(result):
@@ -158,3 +160,42 @@ def test_the_command_refuses_a_broken_script_to_refine(sft_model, tmp_path, caps
     err = capsys.readouterr().err
     assert code == 2 and f"--refine {old}{where}" in err, err
     assert not (tmp_path / "best.dragon").exists()
+
+
+def test_the_report_shows_the_rounds_the_script_and_what_was_timed(result):
+    from training.cli.optimize import format_report
+
+    text = format_report(result, "best.dragon")
+    assert text.startswith(f"{SPEC} on llvm (")
+    assert "baselines, timed first: unscheduled " in text
+    assert result.best.script.rstrip() in text and "re-timed together:" in text
+    assert f"{result.speedup('unscheduled'):.2f}x faster" in text
+    assert f"kernels timed: {result.measurements} = 2 baseline(s) + " in text
+    assert text.endswith("written to best.dragon")
+
+
+def test_the_report_without_a_correct_script_or_a_rule_based_default():
+    """Assembled from outcomes: the cases a tiny model rarely produces."""
+    from codegen.measure import Outcome, Status
+    from training.cli.optimize import format_report
+    from training.optimize import Baseline, Candidate, OptimizeResult, Round, Start
+
+    start = Start((Baseline("unscheduled", Outcome(Status.CORRECT, latency_s=2e-3)),
+                   Baseline("default", None, "no DLight CPU rule matches")), None, 1)
+    wrong = Candidate("postproc auto llvm\n", Outcome(Status.INCORRECT, "verify", "max err"), 0)
+    failed = OptimizeResult(SPEC, "llvm", "cpu", OptimizeConfig(k=1, rounds=0), start,
+                            (Round(0, "construction", None, 1, 1, 0, None, None),), (wrong,),
+                            None, {}, 2, "rounds")
+    assert not failed.ok and failed.latency_s is None and failed.speedup("unscheduled") is None
+    text = format_report(failed, None)
+    assert "default unavailable" in text and "no correct script" in text
+    assert json.loads(json.dumps(failed.as_dict()))["best"] is None
+    fast = Candidate("postproc auto llvm\n", Outcome(Status.CORRECT, latency_s=1e-3), 0)
+    found = OptimizeResult(SPEC, "llvm", "cpu", OptimizeConfig(k=1, rounds=0), start,
+                           (Round(0, "construction", None, 1, 1, 1, 1e-3, 1e-3),), (fast,),
+                           fast, {"best": Outcome(Status.CORRECT, latency_s=1.1e-3),
+                                  "unscheduled": Outcome(Status.CORRECT, latency_s=2.2e-3)},
+                           4, "rounds")
+    assert found.ok and found.speedup("unscheduled") == pytest.approx(2.0)
+    assert found.speedup("default") is None
+    assert "no DLight CPU rule matches" in format_report(found, None)

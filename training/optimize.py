@@ -173,6 +173,13 @@ class OptimizeResult:
         """The best script's latency, re-timed beside the baselines."""
         return self.final["best"].latency_s if self.ok else None
 
+    @property
+    def spent(self) -> dict[str, int]:
+        """The kernels timed, by what they were: they add up to ``measurements``."""
+        given = self.start.given is not None
+        return {"baselines": self.start.measurements - given, "given": int(given),
+                "sampled": sum(r.measured for r in self.rounds), "retimed": len(self.final)}
+
     def speedup(self, baseline: str) -> float | None:
         """How many times faster the best script ran than ``baseline`` ("unscheduled" or
         "default") when both were timed together at the end; None unless both are correct."""
@@ -185,6 +192,7 @@ class OptimizeResult:
         return {"workload": self.workload, "target": self.target, "device": self.device,
                 "k": self.config.k, "rounds_asked": self.config.rounds,
                 "budget": self.config.budget, "measurements": self.measurements,
+                "spent": self.spent,
                 "stopped": self.stopped, "ok": self.ok, "improved": self.improved,
                 "best": self.best.as_dict() if self.best else None,
                 "latency_s": self.latency_s,

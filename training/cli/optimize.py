@@ -89,7 +89,11 @@ def format_report(result, out: str | None) -> str:
     start = result.start
     unscheduled = start.baseline("unscheduled").latency_s
     budget = f" of a budget of {result.config.budget}" if result.config.budget else ""
-    lines = [f"{result.workload} on {result.target} ({result.device})"]
+    lines = [f"{result.workload} on {result.target} ({result.device})",
+             "baselines, timed first: " + ", ".join(
+                 f"{b.name} {_time(b.latency_s)}" if b.outcome is not None and b.outcome.ok
+                 else f"{b.name} {'unavailable' if b.outcome is None else b.outcome.status}"
+                 for b in start.baselines)]
     rows = [["round", "prompt", "attempts", "measured", "correct", "round best", "best so far",
              "vs unscheduled"]]
     if start.given is not None:
@@ -103,10 +107,11 @@ def format_report(result, out: str | None) -> str:
                      _time(r.round_best_s), _time(r.best_s),
                      _times(unscheduled / r.best_s if unscheduled and r.best_s else None)])
     lines += _table(rows)
-    spent = (f"kernels timed: {result.measurements}{budget} (baselines, "
-             f"{'the script to refine, ' if start.given else ''}"
-             f"{len(result.candidates) - (start.given is not None)} distinct sampled scripts "
-             f"of {sum(r.attempts for r in result.rounds)}, the final re-timing)")
+    parts = result.spent
+    spent = (f"kernels timed: {result.measurements}{budget} = {parts['baselines']} baseline(s)"
+             f"{' + the script to refine' if parts['given'] else ''} + {parts['sampled']} "
+             f"distinct sampled script(s) (of {sum(r.attempts for r in result.rounds)} "
+             f"attempts) + {parts['retimed']} re-timed at the end")
     if result.stopped == "budget":
         spent += f"; the budget stopped the search after {len(result.rounds)} round(s)"
     if not result.ok:
