@@ -97,6 +97,17 @@ def test_the_budget_stops_the_search_early(model, wl, evaluator):
         measure_start(wl, evaluator, config=OptimizeConfig(budget=5))
 
 
+def test_with_a_cached_evaluator_the_end_is_still_timed_now(model, wl, tmp_path):
+    config = OptimizeConfig(k=1, rounds=0)
+    with Evaluator("llvm", config=MEASURE, cache=str(tmp_path / "cache.sqlite"),
+                   builders=1) as ev:
+        first = optimize(*model, wl, "llvm", config=config, sampling=SAMPLING, evaluator=ev)
+        again = optimize(*model, wl, "llvm", config=config, sampling=SAMPLING, evaluator=ev)
+    assert [c.script for c in again.candidates] == [c.script for c in first.candidates]
+    assert all(c.outcome.cached for c in again.candidates)
+    assert again.ok and not any(o.cached for o in again.final.values())
+
+
 @pytest.fixture(scope="module")
 def metaschedule_script(datagen_dir):
     """A correct script of the workload from the fixture's real MetaSchedule search."""

@@ -284,7 +284,7 @@ def optimize(model, tokenizer, workload: Any, target: Any = "llvm", *,
                              "another start")
         if evaluator.cache is not None:  # the re-timing must be a measurement of this moment
             timer = Evaluator(evaluator.target, cache=False, builders=1,
-                              config=evaluator.config)
+                              config=evaluator.config, device=evaluator.runtime)
         search = _Search(model, tokenizer, workload, target, config, sampling, evaluator, start)
         search.run(progress)
         final = search.retime(timer or evaluator)
