@@ -77,7 +77,7 @@ def test_version_and_bare_invocations(capsys):
 def test_every_help_has_examples_and_no_rst_markup(capsys):
     commands = ["check", "fmt", "encode", "decode", "apply", "bench", "demo", "sample",
                 "workloads", "init-model", "workloads list", "workloads show",
-                "workloads sample", "datagen", "sft", "rl", "eval"]
+                "workloads sample", "datagen", "sft", "rl", "eval", "optimize"]
     assert run(["--help"], capsys)[0] == OK
     for command in commands:
         code, out, _ = run([*command.split(), "--help"], capsys)
@@ -601,6 +601,43 @@ def test_eval_bad_flags_fail_before_any_measuring(tmp_path, capsys, flags, needl
     assert code == USAGE, err
     assert needle in one_line(err)
     assert not (tmp_path / "out").exists()
+
+
+# ---- optimize ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--model", None], "--model is required"),
+    (["--model", "MISSING"], "no model in"),
+    (["-k", "0"], "k >= 1"),
+    (["--rounds", "-1"], "rounds >= 0"),
+    (["--budget", "0"], "budget >= 1"),
+    (["--budget", "5"], "Expected budget >= 6 but got budget=5"),   # 2 baselines, re-timed
+    (["--budget", "x"], "invalid int value"),
+    (["--temperature", "0"], "temperature"),
+    (["--repeat", "0"], "repeat"),
+    (["--builders", "0"], "--builders"),
+    (["--target", "nosuch"], "nosuch"),
+    (["--workload", "nosuch(x=1)"], "nosuch"),
+    (["--refine", "/no/such.dragon"], "cannot read"),
+    (["--out", "DIR"], "not a file in an existing directory"),
+    (["--out", "DIR/no/such/best.dragon"], "not a file in an existing directory"),
+])
+def test_optimize_bad_flags_fail_before_loading_the_model(tmp_path, capsys, flags, needle):
+    model = tmp_path / "model"  # not loadable: every case must fail before loading it
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    options = {"--model": str(model), "--workload": "softmax(m=32,n=64)"}
+    options.update(zip(flags[::2], flags[1::2], strict=True))
+    spec = options.pop("--workload")
+    if options["--model"] is None:
+        del options["--model"]
+    argv = ["optimize", spec] + [str(tmp_path / "none") if v == "MISSING"
+                                 else v.replace("DIR", str(tmp_path))
+                                 for pair in options.items() for v in pair]
+    code, _, err = run(argv, capsys)
+    assert code == USAGE, err
+    assert needle in one_line(err)
+    assert not list(tmp_path.glob("*.dragon"))
 
 
 # ---- sft -----------------------------------------------------------------------------------

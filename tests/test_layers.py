@@ -22,7 +22,8 @@ LAYERS = {
     "training": ["training.kernel_text", "training.prompts", "training.layout",
                  "training.constraints", "training.statement_grammar", "training.tokenizer",
                  "training.sampling",
-                 "training.propose", "training.reward", "training.datagen", "training.train",
+                 "training.propose", "training.reward", "training.optimize", "training.datagen",
+                 "training.train",
                  "training.evaluate",
                  "training.cli"],
 }

@@ -23,50 +23,17 @@ from dragon_dsl.cli_kit import (
     add_config_arguments,
     config_from_args,
     examples,
-    read_source,
 )
 
 from ..propose import GRAMMARS
 from ..sampling.config import SamplingConfig
+from .common import load_model, script_to_refine
 
 __all__ = ["register"]
 
 # The SamplingConfig fields that are flags; the grammar and the stop marker are not.
 _FLAGS = ("n", "temperature", "top_p", "seed", "max_new_tokens", "batch_size", "wind_down",
           "backend")
-
-
-def _refined(path: str) -> str:
-    """The script to refine; a UsageError (before any model is loaded) unless it is clean."""
-    import dragon_dsl
-
-    text = read_source(path)
-    found = dragon_dsl.check(text)
-    if found:
-        name = "<stdin>" if path == "-" else path
-        raise UsageError(f"--refine {name}:{str(found[0]).splitlines()[0]}")
-    return text
-
-
-def _load_model(path: str):
-    """The model and tokenizer of a local directory; UsageError when they do not load (a
-    truncated weights file, a config that does not match the weights, no tokenizer)."""
-    from transformers.utils import logging as hf_logging
-
-    from ..sampling import load
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # not transformers' load report: one line says it
-    try:
-        return load(path)
-    except Exception as exc:  # noqa: BLE001  transformers, safetensors and torch all raise
-        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
-                     type(exc).__name__)
-        if "ignore_mismatched_sizes" in first or "size mismatch" in str(exc):
-            first = "the weights do not have the sizes config.json gives (an edited config?)"
-        raise UsageError(f"cannot load the model from {path}: {first}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
 
 
 def cmd_sample(args) -> int:
@@ -83,9 +50,9 @@ def cmd_sample(args) -> int:
     if args.latency_us is not None and not args.latency_us > 0:
         raise UsageError(f"Expected --latency-us > 0 but got --latency-us {args.latency_us}")
     config = config_from_args(SamplingConfig, args)
-    old = _refined(args.refine) if args.refine else None
+    old = script_to_refine(args.refine) if args.refine else None
     grammar = "none" if args.no_constraints else "plain" if args.plain_grammar else args.decoding
-    model, tokenizer = _load_model(args.model)
+    model, tokenizer = load_model(args.model)
     evaluator = None
     if args.check or (old is not None and args.latency_us is None):
         from codegen.measure import Evaluator

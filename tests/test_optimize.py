@@ -1,0 +1,212 @@
+"""``dragon optimize`` (training.optimize): real short searches on llvm with a few-second SFT
+model (``conftest.sft_model``): the kernels timed are counted, duplicates are free, the best
+script's speedups come from one re-timing beside the baselines, the budget stops the search,
+a MetaSchedule script can be refined, and a broken one is refused with its line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import dragon_dsl
+from codegen.measure import Evaluator, MeasureConfig
+from codegen.workloads import workload
+from dragon_dsl.cli import main
+from training.optimize import (
+    OptimizeConfig,
+    OptimizeError,
+    RefineError,
+    measure_start,
+    optimize,
+)
+from training.sampling import SamplingConfig, load
+
+SPEC = "softmax(m=32,n=64)"       # DLight has a CPU rule for it: both baselines exist
+MEASURE = MeasureConfig(repeat=2, min_repeat_ms=1.0)
+SAMPLING = SamplingConfig(max_new_tokens=128)
+FAST = ["--repeat", "2", "--min-repeat-ms", "1", "--max-new-tokens", "128", "-q"]
+
+
+@pytest.fixture(scope="module")
+def wl():
+    return workload(SPEC)
+
+
+@pytest.fixture(scope="module")
+def model(sft_model):
+    return load(str(sft_model / "final"))
+
+
+@pytest.fixture(scope="module")
+def evaluator():
+    with Evaluator("llvm", config=MEASURE, cache=False) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def result(model, wl, evaluator):
+    return optimize(*model, wl, "llvm", config=OptimizeConfig(k=2, rounds=1),
+                    sampling=SAMPLING, evaluator=evaluator)
+
+
+def test_every_kernel_timed_is_counted_once(result):
+    assert [b.name for b in result.start.baselines] == ["unscheduled", "default"]
+    assert all(b.outcome is not None and b.outcome.ok for b in result.start.baselines)
+    assert result.start.measurements == 2
+    assert [r.attempts for r in result.rounds] == [2, 2] and result.stopped == "rounds"
+    # Each distinct script is measured once, in the round that first wrote it.
+    assert sum(r.measured for r in result.rounds) == len(result.candidates)
+    assert len({c.script for c in result.candidates}) == len(result.candidates)
+    assert all(c.script == dragon_dsl.format(c.script) for c in result.candidates)
+    retimed = len(result.final)  # the best and both baselines, when a script was correct
+    assert retimed in (0, 3)
+    assert result.measurements == 2 + len(result.candidates) + retimed
+    assert result.spent == {"baselines": 2, "given": 0, "sampled": len(result.candidates),
+                            "retimed": retimed}
+
+
+def test_the_best_is_correct_and_its_speedups_come_from_one_retiming(result):
+    assert result.ok, [c.outcome.summary() for c in result.candidates]
+    best = result.best
+    assert best.outcome.ok and best.source == "sample" and result.improved
+    assert best.latency_s == min(c.latency_s for c in result.candidates if c.outcome.ok)
+    assert set(result.final) == {"best", "unscheduled", "default"}
+    assert all(o.ok and not o.cached for o in result.final.values())
+    assert result.latency_s == result.final["best"].latency_s
+    for name in ("unscheduled", "default"):
+        assert result.speedup(name) == pytest.approx(
+            result.final[name].latency_s / result.final["best"].latency_s)
+    # Round 1 refined the best of round 0, with its measured latency in the prompt.
+    first, second = result.rounds
+    assert first.prompt == "construction" and first.prompt_latency_s is None
+    assert second.prompt == "refinement" and second.prompt_latency_s == first.best_s
+    assert second.best_s == best.latency_s <= first.best_s
+    data = json.loads(json.dumps(result.as_dict()))
+    assert data["measurements"] == result.measurements and data["best"]["script"] == best.script
+
+
+def test_the_budget_stops_the_search_early(model, wl, evaluator):
+    # 2 baselines + 3 reserved for the final re-timing + 1: room for one sampled script.
+    config = OptimizeConfig(k=2, rounds=3, budget=6)
+    result = optimize(*model, wl, "llvm", config=config, sampling=SAMPLING, evaluator=evaluator)
+    assert result.stopped == "budget" and len(result.rounds) == 1
+    assert result.rounds[0].attempts == 1 and len(result.candidates) == 1
+    assert result.measurements == 2 + 1 + len(result.final) <= 6
+    with pytest.raises(OptimizeError, match="Expected budget >= 6 but got budget=5"):
+        measure_start(wl, evaluator, config=OptimizeConfig(budget=5))
+
+
+def test_with_a_cached_evaluator_the_end_is_still_timed_now(model, wl, tmp_path):
+    config = OptimizeConfig(k=1, rounds=0)
+    with Evaluator("llvm", config=MEASURE, cache=str(tmp_path / "cache.sqlite"),
+                   builders=1) as ev:
+        first = optimize(*model, wl, "llvm", config=config, sampling=SAMPLING, evaluator=ev)
+        again = optimize(*model, wl, "llvm", config=config, sampling=SAMPLING, evaluator=ev)
+    assert [c.script for c in again.candidates] == [c.script for c in first.candidates]
+    assert all(c.outcome.cached for c in again.candidates)
+    assert again.ok and not any(o.cached for o in again.final.values())
+
+
+@pytest.fixture(scope="module")
+def metaschedule_script(datagen_dir):
+    """A correct script of the workload from the fixture's real MetaSchedule search."""
+    from training.datagen.records import RecordStore
+
+    return next(r.script for r in RecordStore(str(datagen_dir)).all_records()
+                if r.workload == SPEC and r.status == "correct")
+
+
+def test_refining_a_metaschedule_script(model, wl, evaluator, metaschedule_script):
+    result = optimize(*model, wl, "llvm", config=OptimizeConfig(k=2, rounds=0),
+                      sampling=SAMPLING, refine=metaschedule_script, evaluator=evaluator)
+    given = result.start.given
+    assert given.source == "given" and given.outcome.ok
+    assert given.script == dragon_dsl.format(metaschedule_script)
+    assert result.start.measurements == 3  # the baselines and the script to refine
+    [round0] = result.rounds
+    assert round0.prompt == "refinement" and round0.prompt_latency_s == given.latency_s
+    sampled = [c for c in result.candidates if c.source == "sample"]
+    assert result.measurements == 3 + len(sampled) + len(result.final)
+    assert result.ok and result.best.latency_s <= given.latency_s
+    assert result.improved == (result.best.source == "sample")
+
+
+def test_a_script_that_does_not_apply_is_refused_with_its_line(wl, evaluator):
+    text = 'block "T_softmax_exp" -> b0\nloops b0 -> i\n'  # the block has two loops
+    with pytest.raises(RefineError) as info:
+        measure_start(wl, evaluator, refine=text)
+    assert info.value.line == 2 and "apply error" in info.value.reason
+
+
+def test_the_command_writes_a_script_that_checks(sft_model, metaschedule_script, tmp_path,
+                                                 capsys):
+    old = tmp_path / "old.dragon"
+    old.write_text(metaschedule_script)
+    out = tmp_path / "best.dragon"
+    code = main(["optimize", SPEC, "--model", str(sft_model), "-k", "1", "--rounds", "0",
+                 "--refine", str(old), "--out", str(out), "--json", *FAST])
+    stdout, stderr = capsys.readouterr()
+    assert code == 0, stderr
+    report = json.loads(stdout)
+    assert report["ok"] and report["out"] == str(out)
+    assert out.read_text() == report["best"]["script"]
+    assert report["measurements"] == 3 + sum(c["source"] == "sample"
+                                             for c in report["candidates"]) + 3
+    assert set(report["speedup"]) == {"unscheduled", "default"}
+    assert main(["check", str(out), "--workload", SPEC, "--target", "llvm"]) == 0
+    assert capsys.readouterr().out.strip().endswith(": ok")
+
+
+@pytest.mark.parametrize("text,where", [
+    ('block "T_softmax_exp" -> b0\nloops b0 ->\n', ":2:12: error: unexpected end of line"),
+    ('block "T_softmax_exp" -> b0\nloops b0 -> i\n', ":2:1: apply error:"),
+])
+def test_the_command_refuses_a_broken_script_to_refine(sft_model, tmp_path, capsys, text,
+                                                        where):
+    old = tmp_path / "old.dragon"
+    old.write_text(text)
+    code = main(["optimize", SPEC, "--model", str(sft_model), "--refine", str(old),
+                 "--out", str(tmp_path / "best.dragon"), *FAST])
+    err = capsys.readouterr().err
+    assert code == 2 and f"--refine {old}{where}" in err, err
+    assert not (tmp_path / "best.dragon").exists()
+
+
+def test_the_report_shows_the_rounds_the_script_and_what_was_timed(result):
+    from training.cli.optimize import format_report
+
+    text = format_report(result, "best.dragon")
+    assert text.startswith(f"{SPEC} on llvm (")
+    assert "baselines, timed first: unscheduled " in text
+    assert result.best.script.rstrip() in text and "re-timed together:" in text
+    assert f"{result.speedup('unscheduled'):.2f}x faster" in text
+    assert f"kernels timed: {result.measurements} = 2 baseline(s) + " in text
+    assert text.endswith("written to best.dragon")
+
+
+def test_the_report_without_a_correct_script_or_a_rule_based_default():
+    """Assembled from outcomes: the cases a tiny model rarely produces."""
+    from codegen.measure import Outcome, Status
+    from training.cli.optimize import format_report
+    from training.optimize import Baseline, Candidate, OptimizeResult, Round, Start
+
+    start = Start((Baseline("unscheduled", Outcome(Status.CORRECT, latency_s=2e-3)),
+                   Baseline("default", None, "no DLight CPU rule matches")), None, 1)
+    wrong = Candidate("postproc auto llvm\n", Outcome(Status.INCORRECT, "verify", "max err"), 0)
+    failed = OptimizeResult(SPEC, "llvm", "cpu", OptimizeConfig(k=1, rounds=0), start,
+                            (Round(0, "construction", None, 1, 1, 0, None, None),), (wrong,),
+                            None, {}, 2, "rounds")
+    assert not failed.ok and failed.latency_s is None and failed.speedup("unscheduled") is None
+    text = format_report(failed, None)
+    assert "default unavailable" in text and "no correct script" in text
+    assert json.loads(json.dumps(failed.as_dict()))["best"] is None
+    fast = Candidate("postproc auto llvm\n", Outcome(Status.CORRECT, latency_s=1e-3), 0)
+    found = OptimizeResult(SPEC, "llvm", "cpu", OptimizeConfig(k=1, rounds=0), start,
+                           (Round(0, "construction", None, 1, 1, 1, 1e-3, 1e-3),), (fast,),
+                           fast, {"best": Outcome(Status.CORRECT, latency_s=1.1e-3),
+                                  "unscheduled": Outcome(Status.CORRECT, latency_s=2.2e-3)},
+                           4, "rounds")
+    assert found.ok and found.speedup("unscheduled") == pytest.approx(2.0)
+    assert found.speedup("default") is None
+    assert "no DLight CPU rule matches" in format_report(found, None)

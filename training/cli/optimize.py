@@ -1,0 +1,231 @@
+"""``dragon optimize``: the fastest script a model can write for one kernel, measured.
+
+    dragon optimize 'softmax(m=32,n=64)' --model runs/sft-tiny -k 8 --rounds 3
+    dragon optimize 'matmul(m=512,n=512,k=512)' --model runs/rl-tiny --refine old.dragon \\
+        --budget 40 --out best.dragon --json
+
+Samples ``-k`` scripts by schedule-aware decoding, measures them beside the unscheduled kernel
+and DLight's rule-based default, then lets the model refine its own best script for
+``--rounds`` rounds, the measured latency in each refinement prompt (``training.optimize``).
+Prints a table of the rounds, the best script, its speedups over both baselines (re-timed
+together at the end), and the kernels timed; writes the script to ``--out`` (by default
+``FAMILY-IDENTITY.dragon`` in the current directory).  Exit codes (``ExitCode``): 0 a correct
+script was found (with ``--refine``, possibly the given one: ``improved`` says), 1 no correct
+script, 2 usage errors (bad flags, a workload or model that cannot be read, a script to refine
+that does not parse, apply or compute the right thing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from pathlib import Path
+
+from codegen.measure.config import MeasureConfig
+from dragon_dsl.cli_kit import (
+    ExitCode,
+    UsageError,
+    add_config_arguments,
+    config_from_args,
+    examples,
+)
+
+from ..optimize import OptimizeConfig
+from ..sampling.config import SamplingConfig
+from .common import load_model, script_to_refine
+
+__all__ = ["default_out", "format_report", "register"]
+
+_SAMPLING = ("temperature", "top_p", "seed", "max_new_tokens", "batch_size")
+_MEASURE = ("repeat", "min_repeat_ms", "build_timeout_s", "run_timeout_s")
+
+
+def _model_path(value: str | None) -> str:
+    """The model directory ``--model`` names (a run directory's ``final/``).  The one place a
+    built-in default model would go; there is none yet."""
+    from ..train.run_dir import RunError, model_dir
+
+    if value is None:
+        raise UsageError("--model is required: a local model directory or a `dragon sft`/"
+                         "`dragon rl` run directory (there is no built-in model yet)")
+    try:
+        return str(model_dir(value))
+    except RunError as exc:
+        raise UsageError(f"--model: {exc}") from None
+
+
+def default_out(wl) -> str:
+    """``FAMILY-IDENTITY.dragon``: the workload's family and structural hash."""
+    from codegen.workloads import parse_spec
+
+    try:
+        family = parse_spec(wl.spec)[0]
+    except ValueError:
+        family = "workload"
+    return f"{family}-{wl.identity}.dragon"
+
+
+def _time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} us"
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def format_report(result, out: str | None) -> str:
+    """The rounds, the best script, its speedups and the kernels timed, for people."""
+    start = result.start
+    unscheduled = start.baseline("unscheduled").latency_s
+    budget = f" of a budget of {result.config.budget}" if result.config.budget else ""
+    lines = [f"{result.workload} on {result.target} ({result.device})",
+             "baselines, timed first: " + ", ".join(
+                 f"{b.name} {_time(b.latency_s)}" if b.outcome is not None and b.outcome.ok
+                 else f"{b.name} {'unavailable' if b.outcome is None else b.outcome.status}"
+                 for b in start.baselines)]
+    rows = [["round", "prompt", "attempts", "measured", "correct", "round best", "best so far",
+             "vs unscheduled"]]
+    if start.given is not None:
+        rows.append(["given", "-", "1", "1", "1", _time(start.given.latency_s),
+                     _time(start.given.latency_s),
+                     _times(unscheduled / start.given.latency_s if unscheduled else None)])
+    for r in result.rounds:
+        prompt = r.prompt if r.prompt_latency_s is None else \
+            f"refine {_time(r.prompt_latency_s)}"
+        rows.append([str(r.index), prompt, str(r.attempts), str(r.measured), str(r.correct),
+                     _time(r.round_best_s), _time(r.best_s),
+                     _times(unscheduled / r.best_s if unscheduled and r.best_s else None)])
+    lines += _table(rows)
+    parts = result.spent
+    spent = (f"kernels timed: {result.measurements}{budget} = {parts['baselines']} baseline(s)"
+             f"{' + the script to refine' if parts['given'] else ''} + {parts['sampled']} "
+             f"distinct sampled script(s) (of {sum(r.attempts for r in result.rounds)} "
+             f"attempts) + {parts['retimed']} re-timed at the end")
+    if result.stopped == "budget":
+        spent += f"; the budget stopped the search after {len(result.rounds)} round(s)"
+    if not result.ok:
+        why = "none of the sampled scripts was correct" if result.best is None else \
+            f"the best script was not correct when re-timed: {result.final['best'].summary()}"
+        return "\n".join([*lines, "", f"no correct script: {why}", spent])
+    best = result.best
+    origin = f"round {best.round}" if result.improved else \
+        "the given script: no sampled script was faster"
+    lines += ["", f"best script ({origin}):", best.script.rstrip(), "",
+              "re-timed together:"]
+    rows = [["", "median", "best is"]]
+    rows.append(["best", _time(result.latency_s), ""])
+    for b in start.baselines:
+        if b.outcome is None:
+            rows.append([b.name, "unavailable", b.unavailable])
+            continue
+        again = result.final.get(b.name)
+        rows.append([b.name, _time(again.latency_s if again is not None and again.ok
+                                   else None),
+                     f"{_times(result.speedup(b.name))} faster" if result.speedup(b.name)
+                     else (again.summary() if again is not None else "-")])
+    lines += ["  " + ln for ln in _table(rows)]
+    lines.append(spent)
+    if out:
+        lines.append(f"written to {out}")
+    return "\n".join(lines)
+
+
+def cmd_optimize(args) -> int:
+    from codegen.cli.workloads import cli_workload
+    from codegen.measure import Evaluator
+    from codegen.measure.devices import create
+    from codegen.targets import as_target
+
+    from ..datagen.records import write_atomically
+    from ..optimize import OptimizeError, RefineError, measure_start, optimize
+
+    path = _model_path(args.model)
+    wl = cli_workload(args.workload)
+    try:
+        target = as_target(args.target)
+        create(target)  # a target this machine cannot measure on (num-cores it lacks)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    config = config_from_args(OptimizeConfig, args)
+    sampling = config_from_args(SamplingConfig, args, n=config.k)
+    try:  # not config_from_args: MeasureConfig's seed (of the inputs) is not --seed
+        measure = MeasureConfig(**{f: getattr(args, f) for f in _MEASURE})
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.builders is not None and args.builders < 1:
+        raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
+    old = script_to_refine(args.refine) if args.refine else None
+    out = args.out or default_out(wl)
+    if Path(out).is_dir() or not Path(out).resolve().parent.is_dir():
+        raise UsageError(f"--out {out}: not a file in an existing directory")
+    progress = not args.quiet
+    name = "<stdin>" if args.refine == "-" else args.refine
+    with Evaluator(target, config=measure, cache=False, builders=args.builders) as ev, \
+            contextlib.redirect_stdout(sys.stderr):  # TVM and tqdm say nothing on stdout
+        try:
+            start = measure_start(wl, ev, refine=old, config=config)
+        except RefineError as exc:
+            where = f":{exc.line}:{exc.column or 1}" if exc.line is not None else ""
+            raise UsageError(f"--refine {name}{where}: {exc.reason}") from None
+        except OptimizeError as exc:
+            raise UsageError(f"--budget: {exc}") from None
+        model, tokenizer = load_model(path)
+        result = optimize(model, tokenizer, wl, target, config=config, sampling=sampling,
+                          refine=old, evaluator=ev, start=start, progress=progress)
+    written = None
+    if result.ok:
+        assert result.best is not None
+        write_atomically(out, result.best.script)
+        written = out
+    if args.json:
+        print(json.dumps({**result.as_dict(), "out": written}, indent=2))
+    else:
+        print(format_report(result, written))
+    return ExitCode.OK if result.ok else ExitCode.FINDINGS
+
+
+def register(subparsers) -> None:
+    """Add ``dragon optimize`` (the ``dragon.commands`` entry point)."""
+    p = subparsers.add_parser(
+        "optimize", help="the fastest script a model writes for a kernel, measured",
+        description="Sample -k scripts for WORKLOAD by schedule-aware decoding, build, verify "
+                    "and time them beside the unscheduled kernel and DLight's rule-based "
+                    "default, then let the model refine its own best script for --rounds "
+                    "rounds with the measured latency in the prompt.  Prints the rounds, the "
+                    "best script and its speedups (re-timed beside the baselines at the end) "
+                    "and the kernels timed; writes the script to --out.  Exit 0 a correct "
+                    "script was found, 1 none was, 2 usage errors.",
+        **examples("dragon optimize 'softmax(m=32,n=64)' --model runs/sft-tiny -k 8 "
+                   "--rounds 3",
+                   "dragon optimize 'matmul(m=512,n=512,k=512)' --model runs/rl-tiny "
+                   "--refine old.dragon --budget 40 --out best.dragon --json"))
+    p.add_argument("workload", metavar="WORKLOAD", help="a workload spec or TVMScript file")
+    p.add_argument("--model", help="a local model directory or a `dragon sft`/`dragon rl` run "
+                   "directory (its final/); required for now")
+    p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict "
+                   "(default: llvm)")
+    add_config_arguments(p, OptimizeConfig, aliases={"k": ("-k",)})
+    p.add_argument("--refine", metavar="SCRIPT", help="start from this script: round 0 "
+                   "refines it (it is measured first and must be correct); - reads stdin")
+    p.add_argument("--out", metavar="FILE", help="where to write the best script (default: "
+                   "FAMILY-IDENTITY.dragon in the current directory)")
+    add_config_arguments(p, SamplingConfig, only=_SAMPLING)
+    add_config_arguments(p, MeasureConfig, only=_MEASURE,
+                         aliases={"run_timeout_s": ("--timeout",)})
+    p.add_argument("--builders", type=int, default=None,
+                   help="parallel build workers (default: one per core)")
+    p.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=cmd_optimize)
+
