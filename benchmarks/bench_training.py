@@ -16,6 +16,7 @@ short run, so its rollouts differ from a converged model's: longer, more rolled 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -44,7 +45,9 @@ def main() -> None:
 
     from training.train import resolve, resolve_rl, run_rl, run_sft
 
-    with tempfile.TemporaryDirectory(prefix="bench-training-") as tmp:
+    # The trainers print their log lines on stdout; the table is this script's output.
+    with tempfile.TemporaryDirectory(prefix="bench-training-") as tmp, \
+            contextlib.redirect_stdout(sys.stderr):
         sft_out = Path(tmp) / "sft"
         sft = run_sft(resolve("tiny", data=args.data, out=str(sft_out),
                               max_steps=args.sft_steps, eval_steps=args.sft_steps,
