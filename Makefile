@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-all lint bench clean
+.PHONY: demo test test-slow test-all lint bench clean pipeline
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -41,6 +41,30 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_sampling.py
 	$(BIN)/python benchmarks/bench_constraints.py
 	$(BIN)/python benchmarks/bench_live_apply.py
+
+# The whole method on the tiny presets, each stage reusing what an earlier run built (delete a
+# stage's folder to run it again): search data, SFT, RL, the held-out evaluation of both, and
+# one optimize call with the RL model.  About an hour on 2 cores.
+PIPELINE ?= pipeline
+pipeline: $(PIPELINE)/eval/summary.json
+	$(BIN)/dragon optimize 'rms_norm()' --model $(PIPELINE)/rl-tiny -k 4 --rounds 1 \
+	    --out $(PIPELINE)/rms_norm.dragon
+	@echo "report: $(PIPELINE)/eval/report.md"
+
+$(PIPELINE)/data/refinement/dataset_dict.json: | $(STAMP)
+	$(BIN)/dragon datagen --preset tiny --out $(PIPELINE)/data
+
+$(PIPELINE)/sft-tiny/result.json: $(PIPELINE)/data/refinement/dataset_dict.json
+	$(BIN)/dragon sft --preset tiny --data $(PIPELINE)/data --out $(PIPELINE)/sft-tiny \
+	    $(if $(wildcard $(PIPELINE)/sft-tiny/config.yaml),--resume)
+
+$(PIPELINE)/rl-tiny/result.json: $(PIPELINE)/sft-tiny/result.json
+	$(BIN)/dragon rl --preset tiny --model $(PIPELINE)/sft-tiny --data $(PIPELINE)/data \
+	    --out $(PIPELINE)/rl-tiny $(if $(wildcard $(PIPELINE)/rl-tiny/config.yaml),--resume)
+
+$(PIPELINE)/eval/summary.json: $(PIPELINE)/rl-tiny/result.json
+	$(BIN)/dragon eval --model sft=$(PIPELINE)/sft-tiny --model rl=$(PIPELINE)/rl-tiny \
+	    --data $(PIPELINE)/data --out $(PIPELINE)/eval -k 4
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
