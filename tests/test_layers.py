@@ -21,7 +21,7 @@ LAYERS = {
                 "codegen.search", "codegen.bench", "codegen.cli"],
     "training": ["training.kernel_text", "training.prompts", "training.layout",
                  "training.constraints", "training.statement_grammar", "training.tokenizer",
-                 "training.sampling",
+                 "training.default_model", "training.sampling",
                  "training.propose", "training.reward", "training.optimize", "training.datagen",
                  "training.train",
                  "training.evaluate",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dragon_dsl.cli_kit import UsageError, read_source
 
-__all__ = ["load_model", "script_to_refine"]
+__all__ = ["load_model", "model_path", "script_to_refine"]
 
 
 def script_to_refine(path: str) -> str:
@@ -19,6 +19,19 @@ def script_to_refine(path: str) -> str:
         name = "<stdin>" if path == "-" else path
         raise UsageError(f"--refine {name}:{str(found[0]).splitlines()[0]}")
     return text
+
+
+def model_path(value: str | None) -> str:
+    """The model directory ``--model`` names (a run directory's ``final/``); without
+    ``--model``, the built-in model (``training.default_model``).  A UsageError when neither
+    holds a model."""
+    from ..default_model import DefaultModelMissing, default_model_dir
+    from ..train.run_dir import RunError, model_dir
+
+    try:
+        return str(default_model_dir() if value is None else model_dir(value))
+    except (RunError, DefaultModelMissing) as exc:
+        raise UsageError(f"--model: {exc}") from None
 
 
 def load_model(path: str):

@@ -33,26 +33,12 @@ from dragon_dsl.cli_kit import (
 
 from ..optimize import OptimizeConfig
 from ..sampling.config import SamplingConfig
-from .common import load_model, script_to_refine
+from .common import load_model, model_path, script_to_refine
 
 __all__ = ["default_out", "format_report", "register"]
 
 _SAMPLING = ("temperature", "top_p", "seed", "max_new_tokens", "batch_size")
 _MEASURE = ("repeat", "min_repeat_ms", "build_timeout_s", "run_timeout_s")
-
-
-def _model_path(value: str | None) -> str:
-    """The model directory ``--model`` names (a run directory's ``final/``).  The one place a
-    built-in default model would go; there is none yet."""
-    from ..train.run_dir import RunError, model_dir
-
-    if value is None:
-        raise UsageError("--model is required: a local model directory or a `dragon sft`/"
-                         "`dragon rl` run directory (there is no built-in model yet)")
-    try:
-        return str(model_dir(value))
-    except RunError as exc:
-        raise UsageError(f"--model: {exc}") from None
 
 
 def default_out(wl) -> str:
@@ -150,7 +136,7 @@ def cmd_optimize(args) -> int:
     from ..datagen.records import write_atomically
     from ..optimize import OptimizeError, RefineError, measure_start, optimize
 
-    path = _model_path(args.model)
+    path = model_path(args.model)
     wl = cli_workload(args.workload)
     try:
         target = as_target(args.target)
@@ -212,7 +198,8 @@ def register(subparsers) -> None:
                    "--refine old.dragon --budget 40 --out best.dragon --json"))
     p.add_argument("workload", metavar="WORKLOAD", help="a workload spec or TVMScript file")
     p.add_argument("--model", help="a local model directory or a `dragon sft`/`dragon rl` run "
-                   "directory (its final/); required for now")
+                   "directory (its final/); default: the built-in demonstration model "
+                   "(training/models/dragon-tiny)")
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict "
                    "(default: llvm)")
     add_config_arguments(p, OptimizeConfig, aliases={"k": ("-k",)})

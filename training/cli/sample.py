@@ -27,7 +27,7 @@ from dragon_dsl.cli_kit import (
 
 from ..propose import GRAMMARS
 from ..sampling.config import SamplingConfig
-from .common import load_model, script_to_refine
+from .common import load_model, model_path, script_to_refine
 
 __all__ = ["register"]
 
@@ -52,7 +52,7 @@ def cmd_sample(args) -> int:
     config = config_from_args(SamplingConfig, args)
     old = script_to_refine(args.refine) if args.refine else None
     grammar = "none" if args.no_constraints else "plain" if args.plain_grammar else args.decoding
-    model, tokenizer = load_model(args.model)
+    model, tokenizer = load_model(model_path(args.model))
     evaluator = None
     if args.check or (old is not None and args.latency_us is None):
         from codegen.measure import Evaluator
@@ -95,8 +95,9 @@ def register(subparsers) -> None:
                    "-n 8 --check",
                    "dragon sample --model runs/tiny --workload 'matmul(m=512,n=512,k=512)' "
                    "--refine old.dragon --latency-us 850"))
-    p.add_argument("--model", required=True, help="a local model directory (with its "
-                   "tokenizer); 'dragon init-model DIR' makes an untrained tiny one")
+    p.add_argument("--model", help="a local model directory (with its tokenizer) or a "
+                   "`dragon sft`/`dragon rl` run directory; default: the built-in "
+                   "demonstration model (training/models/dragon-tiny)")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
     p.add_argument("--target", default="llvm", help="llvm or cuda (the prompt names it)")
     p.add_argument("--refine", help="a script to improve (the refinement prompt)")

@@ -1,0 +1,33 @@
+"""The model ``dragon optimize`` and ``dragon sample`` use when no ``--model`` is given: a small
+checkpoint trained by the project's own ``tiny`` pipeline (search data, SFT, RL), shipped in
+the package under ``training/models/dragon-tiny/``.  ``make default-model`` trains it again
+from nothing and replaces it; its ``README.md`` says how it was made and what it measured.
+
+It is a demonstration model (about a million parameters, trained on 30 small llvm kernels):
+real use passes a model of one's own with ``--model``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dragon_dsl.errors import DragonError
+
+__all__ = ["DEFAULT_MODEL", "DefaultModelMissing", "default_model_dir"]
+
+DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "dragon-tiny"
+
+
+class DefaultModelMissing(DragonError):
+    """The built-in model's files are not where the package keeps them."""
+
+
+def default_model_dir() -> Path:
+    """The built-in model's directory; DefaultModelMissing when its files are absent."""
+    needed = ("config.json", "model.safetensors", "tokenizer.json")
+    missing = [name for name in needed if not (DEFAULT_MODEL / name).is_file()]
+    if missing:
+        raise DefaultModelMissing(
+            f"the built-in model is incomplete ({', '.join(missing)} missing in "
+            f"{DEFAULT_MODEL}): run `make default-model`, or pass --model DIR")
+    return DEFAULT_MODEL
