@@ -29,9 +29,9 @@ from typing import Any
 
 from dragon_dsl.errors import DragonError
 
-__all__ = ["CONFIGS_DIR", "PRESETS", "TASKS", "ConfigError", "SFTRunConfig", "check_types",
-           "config_dict", "deepspeed_path", "field_checker", "load_yaml", "resolve",
-           "resolve_config"]
+__all__ = ["CONFIGS_DIR", "PRESETS", "TASKS", "ConfigError", "SFTRunConfig", "TrainerScale",
+           "check_scale", "check_types", "config_dict", "deepspeed_path", "field_checker",
+           "load_yaml", "resolve", "resolve_config"]
 
 TASKS = ("construction", "refinement")
 TINY = "tiny"
@@ -52,13 +52,51 @@ def _help(text: str, **extra: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class SFTRunConfig:
+class TrainerScale:
+    """What SFT and RL runs share: the tasks trained on, LoRA, precision and DeepSpeed (the
+    fields that scale a run from the tiny model on a CPU to an 8B model on GPUs)."""
+
+    tasks: str = field(default="construction,refinement", metadata=_help(
+        "Comma-separated datasets trained on together (construction, refinement)."))
+    use_peft: bool = field(default=False, metadata=_help(
+        "Train LoRA adapters (peft) instead of every weight."))
+    lora_r: int = field(default=16, metadata=_help("LoRA rank."))
+    lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator."))
+    lora_dropout: float = field(default=0.05, metadata=_help("Dropout on the LoRA inputs."))
+    lora_target_modules: str = field(default="all-linear", metadata=_help(
+        "Modules given adapters: 'all-linear' or comma-separated names (q_proj,v_proj)."))
+    bf16: bool = field(default=False, metadata=_help("Train in bfloat16 mixed precision."))
+    gradient_checkpointing: bool = field(default=False, metadata=_help(
+        "Recompute activations in the backward pass (less memory, more time)."))
+    deepspeed: str = field(default="", metadata=_help(
+        "A DeepSpeed JSON config (a path, or a file name in training/configs/); empty: none."))
+
+    @property
+    def task_list(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
+
+
+def check_scale(config: TrainerScale) -> None:
+    """Raise ``ConfigError`` naming the first of the shared fields that is not sane."""
+    need = field_checker(config)
+    need(bool(config.task_list) and set(config.task_list) <= set(TASKS), "tasks",
+         f"a comma-separated subset of {','.join(TASKS)}")
+    for name in ("lora_r", "lora_alpha"):
+        need(getattr(config, name) >= 1, name, ">= 1")
+    need(0 <= config.lora_dropout < 1, "lora_dropout", "in [0, 1)")
+    need(bool(config.lora_target_modules.strip()), "lora_target_modules",
+         "'all-linear' or module names")
+    if config.deepspeed:
+        need(deepspeed_path(config.deepspeed).is_file(), "deepspeed",
+             "a DeepSpeed JSON file (a path, or a name in training/configs/)")
+
+
+@dataclass(frozen=True)
+class SFTRunConfig(TrainerScale):
     """One supervised fine-tuning run: data, model, optimisation, run directory, LoRA."""
 
     data: str = field(default="", metadata=_help(
         "A `dragon datagen` output directory (its construction/ and refinement/ datasets)."))
-    tasks: str = field(default="construction,refinement", metadata=_help(
-        "Comma-separated datasets trained on together (construction, refinement)."))
     out: str = field(default="", metadata=_help("The run directory (created if needed)."))
     model: str = field(default=TINY, metadata=_help(
         "'tiny' (a small Llama built from a config, trained from scratch with a tokenizer "
@@ -94,25 +132,8 @@ class SFTRunConfig:
     keep_best: bool = field(default=True, metadata=_help(
         "The final model is the checkpoint of the lowest eval loss, not the last one (needs "
         "eval_steps > 0 dividing save_steps)."))
-    use_peft: bool = field(default=False, metadata=_help(
-        "Train LoRA adapters (peft) instead of every weight."))
-    lora_r: int = field(default=16, metadata=_help("LoRA rank."))
-    lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator."))
-    lora_dropout: float = field(default=0.05, metadata=_help("Dropout on the LoRA inputs."))
-    lora_target_modules: str = field(default="all-linear", metadata=_help(
-        "Modules given adapters: 'all-linear' or comma-separated names (q_proj,v_proj)."))
-    bf16: bool = field(default=False, metadata=_help("Train in bfloat16 mixed precision."))
-    gradient_checkpointing: bool = field(default=False, metadata=_help(
-        "Recompute activations in the backward pass (less memory, more time)."))
-    deepspeed: str = field(default="", metadata=_help(
-        "A DeepSpeed JSON config (a path, or a file name in training/configs/); empty: none."))
-
     def __post_init__(self) -> None:
         validate(self)
-
-    @property
-    def task_list(self) -> tuple[str, ...]:
-        return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
 
 
 def validate(config: SFTRunConfig) -> None:
@@ -120,11 +141,10 @@ def validate(config: SFTRunConfig) -> None:
     a named DeepSpeed config, which must exist)."""
     need = field_checker(config)
     check_types(config)
-    need(bool(config.task_list) and set(config.task_list) <= set(TASKS), "tasks",
-         f"a comma-separated subset of {','.join(TASKS)}")
+    check_scale(config)
     need(bool(config.model.strip()), "model", "'tiny' or a local model directory")
     for name in ("hidden_size", "layers", "heads", "batch_size", "grad_accum", "max_length",
-                 "logging_steps", "save_steps", "save_total_limit", "lora_r", "lora_alpha"):
+                 "logging_steps", "save_steps", "save_total_limit"):
         need(getattr(config, name) >= 1, name, ">= 1")
     need(config.hidden_size % config.heads == 0, "hidden_size", "a multiple of heads")
     need(config.vocab_size >= 259, "vocab_size", ">= 259 (every byte and 3 special tokens)")
@@ -138,14 +158,8 @@ def validate(config: SFTRunConfig) -> None:
     need(config.weight_decay >= 0, "weight_decay", ">= 0")
     need(not (config.keep_best and config.eval_steps) or config.save_steps % config.eval_steps == 0,
          "save_steps", "a multiple of eval_steps (keep_best compares checkpoints' eval loss)")
-    need(0 <= config.lora_dropout < 1, "lora_dropout", "in [0, 1)")
-    need(bool(config.lora_target_modules.strip()), "lora_target_modules",
-         "'all-linear' or module names")
     need(not (config.use_peft and config.model == TINY), "use_peft",
          "False with model='tiny' (a model trained from scratch trains every weight)")
-    if config.deepspeed:
-        need(deepspeed_path(config.deepspeed).is_file(), "deepspeed",
-             "a DeepSpeed JSON file (a path, or a name in training/configs/)")
 
 
 def field_checker(config: Any) -> Callable[[bool, str, str], None]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import TASKS, _help, check_types, deepspeed_path, field_checker, resolve_config
+from .config import TrainerScale, _help, check_scale, check_types, field_checker, resolve_config
 
 __all__ = ["LOSS_TYPES", "RLRunConfig", "RL_PRESETS", "resolve_rl"]
 
@@ -26,7 +26,7 @@ LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
 
 
 @dataclass(frozen=True)
-class RLRunConfig:
+class RLRunConfig(TrainerScale):
     """One GRPO run: the SFT model it starts from, prompts, rollouts, reward, optimisation."""
 
     model: str = field(default="", metadata=_help(
@@ -34,8 +34,6 @@ class RLRunConfig:
         "directory."))
     data: str = field(default="", metadata=_help(
         "A `dragon datagen` output directory: its train splits give the prompts."))
-    tasks: str = field(default="construction,refinement", metadata=_help(
-        "Comma-separated prompt sets (construction, refinement)."))
     out: str = field(default="", metadata=_help("The run directory (created if needed)."))
     max_prompts: int = field(default=0, metadata=_help(
         "Use at most this many distinct prompts, spread over the tasks (0: all)."))
@@ -74,37 +72,19 @@ class RLRunConfig:
     logging_steps: int = field(default=1, metadata=_help("Steps between metrics lines."))
     save_steps: int = field(default=5, metadata=_help("Steps between checkpoints."))
     save_total_limit: int = field(default=2, metadata=_help("Checkpoints kept."))
-    use_peft: bool = field(default=False, metadata=_help(
-        "Train LoRA adapters (peft) instead of every weight."))
-    lora_r: int = field(default=16, metadata=_help("LoRA rank."))
-    lora_alpha: int = field(default=32, metadata=_help("LoRA scaling numerator."))
-    lora_dropout: float = field(default=0.05, metadata=_help("Dropout on the LoRA inputs."))
-    lora_target_modules: str = field(default="all-linear", metadata=_help(
-        "Modules given adapters: 'all-linear' or comma-separated names."))
-    bf16: bool = field(default=False, metadata=_help("Train in bfloat16 mixed precision."))
-    gradient_checkpointing: bool = field(default=False, metadata=_help(
-        "Recompute activations in the backward pass."))
-    deepspeed: str = field(default="", metadata=_help(
-        "A DeepSpeed JSON config (a path, or a name in training/configs/); empty: none."))
-
     def __post_init__(self) -> None:
         validate_rl(self)
-
-    @property
-    def task_list(self) -> tuple[str, ...]:
-        return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
 
 
 def validate_rl(config: RLRunConfig) -> None:
     """Raise ``ConfigError`` naming the first field that is not sane."""
     need = field_checker(config)
     check_types(config)
-    need(bool(config.task_list) and set(config.task_list) <= set(TASKS), "tasks",
-         f"a comma-separated subset of {','.join(TASKS)}")
+    check_scale(config)
     need(config.num_generations >= 2, "num_generations",
          ">= 2 (a group needs siblings to compare)")
     for name in ("prompts_per_step", "max_steps", "max_new_tokens", "repeat", "builders",
-                 "logging_steps", "save_steps", "save_total_limit", "lora_r", "lora_alpha"):
+                 "logging_steps", "save_steps", "save_total_limit"):
         need(getattr(config, name) >= 1, name, ">= 1")
     for name in ("max_prompts", "warmup_steps"):
         need(getattr(config, name) >= 0, name, ">= 0")
@@ -117,10 +97,6 @@ def validate_rl(config: RLRunConfig) -> None:
     need(config.min_repeat_ms >= 0, "min_repeat_ms", ">= 0")
     need(config.run_timeout_s > 0, "run_timeout_s", "> 0")
     need(config.cap > 1, "cap", "> 1")
-    need(0 <= config.lora_dropout < 1, "lora_dropout", "in [0, 1)")
-    if config.deepspeed:
-        need(deepspeed_path(config.deepspeed).is_file(), "deepspeed",
-             "a DeepSpeed JSON file (a path, or a name in training/configs/)")
 
 
 RL_PRESETS: dict[str, RLRunConfig] = {
