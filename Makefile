@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev,models,training,data]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP)  # the main job on the built-in model, against MetaSchedule (a few minutes)
 	$(BIN)/dragon demo
 
 test: $(STAMP)

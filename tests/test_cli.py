@@ -87,8 +87,8 @@ def test_encode_rejects_corrupt_json(tmp_path):
 
 
 @pytest.mark.slow
-def test_demo_runs():
-    result = subprocess.run([sys.executable, "-m", "dragon_dsl.cli", "demo"],
+def test_roundtrip_runs():
+    result = subprocess.run([sys.executable, "-m", "dragon_dsl.cli", "roundtrip"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "identical trace JSON (kinds, wiring, typed attrs, decisions): True" in result.stdout

@@ -75,8 +75,8 @@ def test_version_and_bare_invocations(capsys):
 
 
 def test_every_help_has_examples_and_no_rst_markup(capsys):
-    commands = ["check", "fmt", "encode", "decode", "apply", "bench", "demo", "sample",
-                "workloads", "init-model", "workloads list", "workloads show",
+    commands = ["check", "fmt", "encode", "decode", "apply", "bench", "roundtrip", "demo",
+                "sample", "workloads", "init-model", "workloads list", "workloads show",
                 "workloads sample", "datagen", "sft", "rl", "eval", "optimize"]
     assert run(["--help"], capsys)[0] == OK
     for command in commands:
@@ -294,10 +294,10 @@ def test_decode_hostile(tmp_path, capsys):
     ["workloads", "show", "/no/such/kernel.py"],
     ["workloads", "sample", "-n", "-1"],
     ["workloads", "list", "extra"],
-    ["demo", "--workload", "nosuch(x=1)"],
-    ["demo", "--target", "nosuch"],
-    ["demo", "--rules", "nosuch"],
-    ["demo", "--seed", "-1"],
+    ["roundtrip", "--workload", "nosuch(x=1)"],
+    ["roundtrip", "--target", "nosuch"],
+    ["roundtrip", "--rules", "nosuch"],
+    ["roundtrip", "--seed", "-1"],
 ])
 def test_codegen_commands_bad_usage(capsys, argv):
     code, _, err = run(argv, capsys)

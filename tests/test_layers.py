@@ -24,7 +24,7 @@ LAYERS = {
                  "training.default_model", "training.sampling",
                  "training.propose", "training.reward", "training.optimize", "training.datagen",
                  "training.train",
-                 "training.evaluate",
+                 "training.evaluate", "training.demo",
                  "training.cli"],
 }
 

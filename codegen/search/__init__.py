@@ -13,7 +13,7 @@ May import ``dragon_dsl``, ``codegen.targets``, ``codegen.workloads`` and
 
 from .baselines import BaselineUnavailable, BestResult, metaschedule_best, rule_based, unscheduled
 from .space import SearchSpace, sample_traces, search_space
-from .tune import Round, SearchConfig, search
+from .tune import Round, SearchConfig, best_of_search, search
 
 __all__ = [
     "BaselineUnavailable",
@@ -21,6 +21,7 @@ __all__ = [
     "Round",
     "SearchConfig",
     "SearchSpace",
+    "best_of_search",
     "metaschedule_best",
     "rule_based",
     "sample_traces",

@@ -1,4 +1,4 @@
-"""``dragon demo``: a workload, a MetaSchedule trace, its script, the decoded trace, and the
+"""``dragon roundtrip``: a workload, a MetaSchedule trace, its script, the decoded trace, and the
 checks that the round trip is exact."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from dragon_dsl.cli_kit import ExitCode, UsageError, examples
 
 from ..targets import RULE_SETS, default_rules
 
-__all__ = ["register", "run_demo"]
+__all__ = ["register", "run_roundtrip"]
 
 
 def _say(text: str = "") -> None:
     print(text, flush=True)
 
 
-def run_demo(spec: str, target: str, rules: str, seed: int) -> int:
+def run_roundtrip(spec: str, target: str, rules: str, seed: int) -> int:
     import tvm_ffi
     from tvm.s_tir.schedule import Schedule
 
@@ -68,7 +68,7 @@ def run_demo(spec: str, target: str, rules: str, seed: int) -> int:
     return ExitCode.OK if same_json and same_ir else ExitCode.FINDINGS
 
 
-def cmd_demo(args) -> int:
+def cmd_roundtrip(args) -> int:
     from ..targets import as_target
     from .workloads import cli_workload
 
@@ -79,15 +79,16 @@ def cmd_demo(args) -> int:
         raise UsageError(str(exc)) from None
     if args.seed < 0:
         raise UsageError(f"Expected --seed >= 0 but got --seed {args.seed}")
-    return run_demo(args.workload, args.target, rules, args.seed)
+    return run_roundtrip(args.workload, args.target, rules, args.seed)
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "demo", help="show a workload, a MetaSchedule trace, its script and the exact round trip",
+        "roundtrip",
+        help="show a workload, a MetaSchedule trace, its script and the exact round trip",
         description="Sample a MetaSchedule trace for a workload, encode it as a script, decode "
                     "it back and check that the round trip is exact (about 30 s on 2 cores).",
-        **examples("dragon demo", "dragon demo --workload 'conv2d(h=14,w=14,ci=16,co=16)' "
+        **examples("dragon roundtrip", "dragon roundtrip --workload 'conv2d(h=14,w=14,ci=16,co=16)' "
                                   "--target cuda --rules cuda-tensorcore"))
     p.add_argument("--workload", default="matmul(m=128,n=128,k=128)",
                    help="a workload spec (default: matmul(m=128,n=128,k=128))")
@@ -95,8 +96,8 @@ def register(subparsers) -> None:
     p.add_argument("--rules", default=None, choices=sorted(RULE_SETS),
                    help="rule set (default: from the target)")
     p.add_argument("--seed", type=int, default=1, help="seed of the trace sampling (default: 1)")
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=cmd_roundtrip)
 
 
 if __name__ == "__main__":
-    sys.exit(run_demo("matmul(m=128,n=128,k=128)", "llvm", "llvm", 1))
+    sys.exit(run_roundtrip("matmul(m=128,n=128,k=128)", "llvm", "llvm", 1))

@@ -1,0 +1,110 @@
+"""``run_demo``: the main job, as ``make demo`` shows it, against MetaSchedule at equal budgets.
+
+A model optimizes a real layer and a real (tiny) model on this machine, and MetaSchedule's own
+evolutionary search gets as many measured candidates as the model's search measured, in the
+same session, on the same evaluator:
+
+1. **a layer**: BERT-base's FFN up-projection (``DEMO_KERNEL``: 128 tokens, 768 -> 3072, bias,
+   GELU).  ``optimize`` samples ``k`` scripts by schedule-aware decoding and refines its best
+   for ``rounds`` rounds; ``best_of_search`` then runs MetaSchedule for as many trials as the
+   model measured distinct scripts; the two winners, the unscheduled kernel and the rule-based
+   default are re-timed together at the end (``KernelShowdown``);
+2. **a model** (``DEMO_MODEL``, tiny BERT): ``training.optimize_model`` optimizes every task,
+   writes a MetaSchedule database, and measures the built model end to end before, after and
+   with MetaSchedule's database at the same number of measurements.
+
+The measurements are what they are: the built-in model is a 0.6M-parameter demonstration, and
+the table says how it does against MetaSchedule, whichever way that goes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DEMO_KERNEL", "DEMO_MODEL", "DemoConfig", "KernelShowdown", "compare_kernel"]
+
+DEMO_KERNEL = "dense(m=128,n=3072,k=768,bias=1,act=gelu)"
+DEMO_MODEL = "model(name=bert,preset=tiny)"
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """What ``dragon demo`` runs."""
+
+    kernel: str = field(default=DEMO_KERNEL, metadata={
+        "help": "The layer optimized first (a workload spec); empty: skip it."})
+    network: str = field(default=DEMO_MODEL, metadata={
+        "help": "The network optimized end to end (a model spec without task=); empty: skip "
+                "it."})
+    k: int = field(default=4, metadata={"help": "Scripts sampled per round."})
+    rounds: int = field(default=1, metadata={
+        "help": "Refinement rounds after the first (the model refines its best script)."})
+    seed: int = field(default=0, metadata={"help": "Seed of sampling and of MetaSchedule."})
+
+    def __post_init__(self) -> None:
+        if self.k < 1 or self.rounds < 0:
+            raise ValueError(f"Expected k >= 1 and rounds >= 0 but got k={self.k}, "
+                             f"rounds={self.rounds}")
+        if not (self.kernel or self.network):
+            raise ValueError("Expected a kernel, a network or both but got neither")
+
+
+@dataclass(frozen=True)
+class KernelShowdown:
+    """One kernel: the model's search and MetaSchedule's at the same number of measured
+    candidates, their winners re-timed together with the baselines."""
+
+    workload: str
+    result: Any                      # training.optimize.OptimizeResult
+    trials: int                      # candidates each side measured
+    metaschedule: str | None         # MetaSchedule's best script; None when none was correct
+    final: dict[str, Any]            # re-timed together: dragon, metaschedule, the baselines
+
+    def latency_s(self, name: str) -> float | None:
+        outcome = self.final.get(name)
+        return outcome.latency_s if outcome is not None and outcome.ok else None
+
+    def speedup(self, name: str, over: str = "unscheduled") -> float | None:
+        """How many times faster ``name`` ran than ``over``, both timed at the end."""
+        mine, theirs = self.latency_s(name), self.latency_s(over)
+        return theirs / mine if mine and theirs else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"workload": self.workload, "trials": self.trials,
+                "metaschedule_script": self.metaschedule,
+                "latency_s": {n: self.latency_s(n) for n in self.final},
+                "final": {n: o.as_dict() for n, o in self.final.items()},
+                "optimize": self.result.as_dict()}
+
+
+def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 4,
+                   rounds: int = 1, seed: int = 0, progress: bool = False) -> KernelShowdown:
+    """``optimize`` with ``k`` and ``rounds``, then MetaSchedule with as many trials as the
+    model measured distinct scripts, then both winners and the baselines re-timed together on
+    ``evaluator`` (best without a cache: every figure is from this session)."""
+    from codegen.search.tune import best_of_search
+
+    from .optimize import OptimizeConfig, optimize
+    from .sampling.config import SamplingConfig
+
+    target = evaluator.target
+    result = optimize(model, tokenizer, workload, target,
+                      config=OptimizeConfig(k=k, rounds=rounds),
+                      sampling=SamplingConfig(n=k, seed=seed), evaluator=evaluator,
+                      progress=progress)
+    trials = max(1, result.spent["sampled"])
+    if progress:
+        print(f"MetaSchedule: {trials} candidates searched and measured ...", flush=True)
+    ms_script, _, _ = best_of_search(workload, target, evaluator, trials, seed=seed)
+    scripts = {name: text for name, text in (
+        ("dragon", result.best.script if result.ok and result.best else None),
+        ("metaschedule", ms_script)) if text is not None}
+    final: dict[str, Any] = {}
+    if scripts:
+        final.update(zip(scripts, evaluator.evaluate(workload, list(scripts.values())),
+                         strict=True))
+    if result.start.modules:
+        final.update(evaluator.evaluate_modules(workload, result.start.modules))
+    return KernelShowdown(str(getattr(workload, "spec", workload)), result, trials, ms_script,
+                          final)
