@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from .errors import DragonError
 
 __all__ = ["ExitCode", "UsageError", "add_config_arguments", "config_from_args", "examples",
-           "read_source"]
+           "format_latency", "format_ratio", "read_source", "text_table"]
 
 T = TypeVar("T")
 
@@ -44,6 +44,37 @@ class ExitCode(IntEnum):
 class UsageError(DragonError):
     """Bad arguments or unreadable input: ``dragon`` prints ``dragon: MESSAGE`` and exits 2.
     Subcommands added through ``dragon.commands`` raise it too."""
+
+
+def format_latency(seconds: float | None) -> str:
+    """A latency as people read it; "-" for none.
+
+    >>> format_latency(0.0123), format_latency(4.2e-6), format_latency(None)
+    ('12.300 ms', '4.2 us', '-')
+    """
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} us"
+
+
+def format_ratio(value: float | None, digits: int = 2) -> str:
+    """A speedup: ``1.97x``; "-" for none."""
+    return "-" if value is None else f"{value:.{digits}f}x"
+
+
+def text_table(rows: list[list[str]]) -> list[str]:
+    """Rows (the first is the header) as aligned lines, a rule under the header.
+
+    >>> print("\\n".join(text_table([["a", "bb"], ["ccc", "d"]])))
+    a    bb
+    ---  --
+    ccc  d
+    """
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
 
 
 def examples(*lines: str) -> dict[str, Any]:

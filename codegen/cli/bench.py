@@ -18,6 +18,7 @@ from dragon_dsl.cli_kit import (
     add_config_arguments,
     config_from_args,
     examples,
+    format_latency,
     read_source,
 )
 
@@ -77,10 +78,6 @@ def cmd_apply(args) -> int:
 
 # ---- bench ---------------------------------------------------------------------------------
 
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} us"
 
 
 def _err(value: float | None) -> str:
@@ -99,7 +96,8 @@ def format_table(report) -> str:
             continue
         speedups = [report.speedup(row.name, b) for b in names]
         table.append([row.name, o.status.value + (" (cached)" if o.cached else ""),
-                      _err(o.max_abs_error), _ms(o.latency_s), _ms(o.spread_s)]
+                      _err(o.max_abs_error), format_latency(o.latency_s),
+                      format_latency(o.spread_s)]
                      + [f"{s:.2f}x" if s else "-" for s in speedups])
     widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()

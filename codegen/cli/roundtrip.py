@@ -88,8 +88,9 @@ def register(subparsers) -> None:
         help="show a workload, a MetaSchedule trace, its script and the exact round trip",
         description="Sample a MetaSchedule trace for a workload, encode it as a script, decode "
                     "it back and check that the round trip is exact (about 30 s on 2 cores).",
-        **examples("dragon roundtrip", "dragon roundtrip --workload 'conv2d(h=14,w=14,ci=16,co=16)' "
-                                  "--target cuda --rules cuda-tensorcore"))
+        **examples("dragon roundtrip",
+                   "dragon roundtrip --workload 'conv2d(h=14,w=14,ci=16,co=16)' "
+                   "--target cuda --rules cuda-tensorcore"))
     p.add_argument("--workload", default="matmul(m=128,n=128,k=128)",
                    help="a workload spec (default: matmul(m=128,n=128,k=128))")
     p.add_argument("--target", default="llvm", help="'llvm' or 'cuda' (H100 tag)")

@@ -23,6 +23,9 @@ from dragon_dsl.cli_kit import (
     add_config_arguments,
     config_from_args,
     examples,
+    format_latency,
+    format_ratio,
+    text_table,
 )
 
 from ..demo import DemoConfig
@@ -31,22 +34,10 @@ from .common import load_model, model_path
 __all__ = ["format_headline", "register"]
 
 
-def _ms(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} us"
 
 
-def _x(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
 
 
 HEADER = ["", "measured", "unscheduled", "default", "MetaSchedule", "dragon",
@@ -56,9 +47,9 @@ HEADER = ["", "measured", "unscheduled", "default", "MetaSchedule", "dragon",
 def kernel_row(showdown) -> list[str]:
     lat = showdown.latency_s
     return [f"{showdown.workload} (kernel)", f"{showdown.trials} each",
-            _ms(lat("unscheduled")), _ms(lat("default")), _ms(lat("metaschedule")),
-            _ms(lat("dragon")), _x(showdown.speedup("dragon")),
-            _x(showdown.speedup("dragon", "metaschedule"))]
+            *(format_latency(lat(n)) for n in ("unscheduled", "default", "metaschedule", "dragon")),
+            format_ratio(showdown.speedup("dragon")),
+            format_ratio(showdown.speedup("dragon", "metaschedule"))]
 
 
 def format_headline(rows: list[list[str]], model_name: str, device: str, seconds: float) -> str:
@@ -66,7 +57,7 @@ def format_headline(rows: list[list[str]], model_name: str, device: str, seconds
     lines = [f"Little Dragon demo: {model_name} on {device}, {seconds / 60:.1f} min",
              "MetaSchedule got as many measured candidates as the model (`measured`); every "
              "latency is a median re-timed together at the end of its part.", ""]
-    return "\n".join(lines + _table([HEADER, *rows]))
+    return "\n".join(lines + text_table([HEADER, *rows]))
 
 
 def cmd_demo(args) -> int:

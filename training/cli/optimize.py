@@ -29,6 +29,9 @@ from dragon_dsl.cli_kit import (
     add_config_arguments,
     config_from_args,
     examples,
+    format_latency,
+    format_ratio,
+    text_table,
 )
 
 from ..optimize import OptimizeConfig
@@ -52,22 +55,10 @@ def default_out(wl) -> str:
     return f"{family}-{wl.identity}.dragon"
 
 
-def _time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-4 else f"{seconds * 1e6:.1f} us"
 
 
-def _times(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
 
 
 def format_report(result, out: str | None) -> str:
@@ -77,22 +68,22 @@ def format_report(result, out: str | None) -> str:
     budget = f" of a budget of {result.config.budget}" if result.config.budget else ""
     lines = [f"{result.workload} on {result.target} ({result.device})",
              "baselines, timed first: " + ", ".join(
-                 f"{b.name} {_time(b.latency_s)}" if b.outcome is not None and b.outcome.ok
+                 f"{b.name} {format_latency(b.latency_s)}" if b.outcome is not None and b.outcome.ok
                  else f"{b.name} {'unavailable' if b.outcome is None else b.outcome.status}"
                  for b in start.baselines)]
     rows = [["round", "prompt", "attempts", "measured", "correct", "round best", "best so far",
              "vs unscheduled"]]
     if start.given is not None:
-        rows.append(["given", "-", "1", "1", "1", _time(start.given.latency_s),
-                     _time(start.given.latency_s),
-                     _times(unscheduled / start.given.latency_s if unscheduled else None)])
+        rows.append(["given", "-", "1", "1", "1", format_latency(start.given.latency_s),
+                     format_latency(start.given.latency_s),
+                     format_ratio(unscheduled / start.given.latency_s if unscheduled else None)])
     for r in result.rounds:
         prompt = r.prompt if r.prompt_latency_s is None else \
-            f"refine {_time(r.prompt_latency_s)}"
+            f"refine {format_latency(r.prompt_latency_s)}"
         rows.append([str(r.index), prompt, str(r.attempts), str(r.measured), str(r.correct),
-                     _time(r.round_best_s), _time(r.best_s),
-                     _times(unscheduled / r.best_s if unscheduled and r.best_s else None)])
-    lines += _table(rows)
+                     format_latency(r.round_best_s), format_latency(r.best_s),
+                     format_ratio(unscheduled / r.best_s if unscheduled and r.best_s else None)])
+    lines += text_table(rows)
     parts = result.spent
     spent = (f"kernels timed: {result.measurements}{budget} = {parts['baselines']} baseline(s)"
              f"{' + the script to refine' if parts['given'] else ''} + {parts['sampled']} "
@@ -110,17 +101,17 @@ def format_report(result, out: str | None) -> str:
     lines += ["", f"best script ({origin}):", best.script.rstrip(), "",
               "re-timed together:"]
     rows = [["", "median", "best is"]]
-    rows.append(["best", _time(result.latency_s), ""])
+    rows.append(["best", format_latency(result.latency_s), ""])
     for b in start.baselines:
         if b.outcome is None:
             rows.append([b.name, "unavailable", b.unavailable])
             continue
         again = result.final.get(b.name)
-        rows.append([b.name, _time(again.latency_s if again is not None and again.ok
+        rows.append([b.name, format_latency(again.latency_s if again is not None and again.ok
                                    else None),
-                     f"{_times(result.speedup(b.name))} faster" if result.speedup(b.name)
+                     f"{format_ratio(result.speedup(b.name))} faster" if result.speedup(b.name)
                      else (again.summary() if again is not None else "-")])
-    lines += ["  " + ln for ln in _table(rows)]
+    lines += ["  " + ln for ln in text_table(rows)]
     lines.append(spent)
     if out:
         lines.append(f"written to {out}")
