@@ -1,7 +1,8 @@
 """Records to examples, datasets and the card (training.datagen.examples, dataset, card).
 
-One real MetaSchedule search of two tiny workloads (16 candidates each, two rounds) feeds every
-test; records that must fail or mislead are copies of those real records with a field changed.
+The training tests' real MetaSchedule search of two tiny workloads (``tests/tiny_datagen.py``:
+16 candidates each, two rounds) feeds every test; records that must fail or mislead are copies
+of those real records with a field changed.
 """
 
 from __future__ import annotations
@@ -26,30 +27,13 @@ from training.datagen.examples import (
 from training.datagen.records import DataError, Record, RecordStore
 from training.prompts import PROMPT_VERSION, format_completion
 
-SPECS = ["matmul(m=32,n=32,k=32)", "softmax(m=32,n=64)"]
 TARGET = {"kind": "llvm", "num-cores": 2}
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> RecordStore:
-    from codegen.measure import MeasureConfig
-    from codegen.search.tune import SearchConfig
-    from training.datagen.runner import RunnerSettings, TaskRunner
-    from training.datagen.tasks import tasks_for
-
-    root = tmp_path_factory.mktemp("datagen")
-    tasks = tasks_for(SPECS, TARGET, "llvm", SearchConfig(trials=16, per_round=8, population=32),
-                      300)
-    runner = TaskRunner(RunnerSettings(MeasureConfig(repeat=3, min_repeat_ms=2),
-                                       cache=str(root / "cache.sqlite")))
-    out = RecordStore(str(root / "out"))
-    try:
-        for task in tasks:
-            result = runner.run(task)
-            out.commit(result.summary, result.records)
-    finally:
-        runner.close()
-    return out
+def store(datagen_dir) -> RecordStore:
+    """The records of the training tests' real search (``tests/tiny_datagen.py``), read only."""
+    return RecordStore(str(datagen_dir))
 
 
 @pytest.fixture(scope="module")
