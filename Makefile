@@ -46,38 +46,36 @@ bench: $(STAMP)
 # stage's folder to run it again): search data, SFT, RL, the held-out evaluation of both, and
 # one optimize call with the RL model.  About an hour on 2 cores.
 PIPELINE ?= pipeline
+DATA ?= $(PIPELINE)/data
 pipeline: $(PIPELINE)/eval/summary.json
 	$(BIN)/dragon optimize 'rms_norm()' --model $(PIPELINE)/rl-tiny -k 4 --rounds 1 \
 	    --out $(PIPELINE)/rms_norm.dragon
 	@echo "report: $(PIPELINE)/eval/report.md"
 
-$(PIPELINE)/data/refinement/dataset_dict.json: | $(STAMP)
-	$(BIN)/dragon datagen --preset tiny --out $(PIPELINE)/data
+$(DATA)/refinement/dataset_dict.json: | $(STAMP)
+	$(BIN)/dragon datagen --preset tiny --out $(DATA)
 
-$(PIPELINE)/sft-tiny/result.json: $(PIPELINE)/data/refinement/dataset_dict.json
-	$(BIN)/dragon sft --preset tiny $(SFT_FLAGS) --data $(PIPELINE)/data \
+$(PIPELINE)/sft-tiny/result.json: $(DATA)/refinement/dataset_dict.json
+	$(BIN)/dragon sft --preset tiny $(SFT_FLAGS) --data $(DATA) \
 	    --out $(PIPELINE)/sft-tiny $(if $(wildcard $(PIPELINE)/sft-tiny/config.yaml),--resume)
 
 $(PIPELINE)/rl-tiny/result.json: $(PIPELINE)/sft-tiny/result.json
-	$(BIN)/dragon rl --preset tiny --model $(PIPELINE)/sft-tiny --data $(PIPELINE)/data \
+	$(BIN)/dragon rl --preset tiny --model $(PIPELINE)/sft-tiny --data $(DATA) \
 	    --out $(PIPELINE)/rl-tiny $(if $(wildcard $(PIPELINE)/rl-tiny/config.yaml),--resume)
 
 $(PIPELINE)/eval/summary.json: $(PIPELINE)/rl-tiny/result.json
 	$(BIN)/dragon eval --model sft=$(PIPELINE)/sft-tiny --model rl=$(PIPELINE)/rl-tiny \
-	    --data $(PIPELINE)/data --out $(PIPELINE)/eval -k 4
+	    --data $(DATA) --out $(PIPELINE)/eval -k 4
 
-# The built-in model (training/models/dragon-tiny, used without --model): the pipeline's data,
-# then SFT of a smaller model than the tiny preset's (hidden 128, 2 layers: 2.4 MB), its final/
-# copied in.  (RL of this model is the next step; see training/models/README.md.)
-DEFAULT_RUNS ?= pipeline/default-model
+# The built-in model (training/models/dragon-tiny, used without --model): the pipeline's tiny
+# stages on the pipeline's data (made first if missing), with a smaller model than the tiny
+# preset's (hidden 128, 2 layers: 2.4 MB): SFT, then RL from it; RL's final/ is copied in.
+DEFAULT_RUNS ?= $(PIPELINE)/default-model
 MODEL_FILES := config.json generation_config.json model.safetensors tokenizer.json \
 	tokenizer_config.json
 default-model: | $(STAMP)
-	$(MAKE) $(DEFAULT_RUNS)/sft-tiny/result.json PIPELINE=$(DEFAULT_RUNS) \
+	$(MAKE) $(DEFAULT_RUNS)/rl-tiny/result.json PIPELINE=$(DEFAULT_RUNS) DATA=$(DATA) \
 	    SFT_FLAGS="--hidden-size 128 --layers 2"
 	rm -rf training/models/dragon-tiny.new && mkdir -p training/models/dragon-tiny.new
-	cd $(DEFAULT_RUNS)/sft-tiny/final && cp $(MODEL_FILES) $(CURDIR)/training/models/dragon-tiny.new/
+	cd $(DEFAULT_RUNS)/rl-tiny/final && cp $(MODEL_FILES) $(CURDIR)/training/models/dragon-tiny.new/
 	rm -rf training/models/dragon-tiny && mv training/models/dragon-tiny.new training/models/dragon-tiny
-
-clean:
-	rm -rf $(VENV) build dist *.egg-info
