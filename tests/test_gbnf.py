@@ -137,3 +137,45 @@ def test_what_cannot_be_translated_is_named(text, needle):
     with pytest.raises(GrammarError, match=None) as info:
         lark_to_gbnf(text, source="test.lark")
     assert needle in str(info.value), str(info.value)
+
+
+# ---- dragon grammar -------------------------------------------------------------------------
+
+@pytest.fixture
+def dragon(monkeypatch):
+    """``dragon_dsl.cli.main`` with this checkout's ``grammar`` entry point (an editable install
+    made before the command existed does not list it)."""
+    from importlib import metadata
+
+    import dragon_dsl.cli as cli
+
+    real = metadata.entry_points
+    mine = metadata.EntryPoint("grammar", "training.cli.grammar:register", "dragon.commands")
+
+    def entry_points(group):
+        found = [e for e in real(group=group) if e.name != "grammar"]
+        return [*found, mine] if group == "dragon.commands" else found
+
+    monkeypatch.setattr(cli.metadata, "entry_points", entry_points)
+    return cli.main
+
+
+def test_dragon_grammar_writes_what_the_samplers_and_xgrammar_read(dragon, capsys, tmp_path):
+    import llguidance
+
+    assert dragon(["grammar", "--format", "lark"]) == 0
+    lark = capsys.readouterr().out
+    assert lark.startswith("//") and '"<end>"?' in lark
+    assert not llguidance.LLMatcher.validate_grammar_with_warnings(
+        llguidance.grammar_from("lark", lark))[0]
+    out = tmp_path / "matmul.gbnf"
+    assert dragon(["grammar", "--format", "gbnf", "--workload", SPEC, "--out", str(out)]) == 0
+    gbnf = out.read_text()
+    assert gbnf == lark_to_gbnf(workload_grammar(workload(SPEC), "llvm").replace(
+        "start: (_stmt _NL)* (s_postproc_auto _NL)?",
+        'start: (_stmt _NL)* (s_postproc_auto _NL)? "<end>"?'))
+    script = metaschedule_scripts()[0]
+    assert accepts(gbnf, script) and accepts(gbnf, script + "<end>")
+    assert not accepts(gbnf, script + "<end>\nloops C -> l0\n")
+    assert dragon(["grammar", "--format", "gbnf", "--no-end-marker"]) == 0
+    assert capsys.readouterr().out == grammars()["sampling"]

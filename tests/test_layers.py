@@ -20,7 +20,7 @@ LAYERS = {
     "codegen": ["codegen.targets", "codegen.workloads", "codegen.apply", "codegen.measure",
                 "codegen.search", "codegen.bench", "codegen.cli"],
     "training": ["training.kernel_text", "training.prompts", "training.layout",
-                 "training.constraints", "training.statement_grammar", "training.tokenizer",
+                 "training.constraints", "training.gbnf", "training.statement_grammar", "training.tokenizer",
                  "training.default_model", "training.sampling",
                  "training.propose", "training.reward", "training.optimize", "training.datagen",
                  "training.train",
