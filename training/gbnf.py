@@ -30,13 +30,30 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from dragon_dsl.errors import GrammarError
 from dragon_dsl.grammar import Definition, Grammar
 
-__all__ = ["lark_to_gbnf"]
+__all__ = ["FORMATS", "lark_to_gbnf", "sampling_grammar_as"]
 
 _USER = "training.gbnf"
+FORMATS = ("lark", "gbnf")
+
+
+def sampling_grammar_as(fmt: str, workload: Any = None, target: Any = "llvm",
+                        rules: str | None = None, *, end_marker: bool = True) -> str:
+    """The sampling grammar (``workload``'s with a workload) as a server reads it: ``fmt``
+    ``"lark"`` (llguidance) or ``"gbnf"``; with ``end_marker`` a script may end with ``<end>``
+    (``constraints.with_end_marker``).  What ``dragon grammar`` writes and ``dragon eval`` sends."""
+    from .constraints import sampling_grammar, with_end_marker, workload_grammar
+
+    if fmt not in FORMATS:
+        raise ValueError(f"Expected a format among {', '.join(FORMATS)} but got fmt={fmt!r}")
+    lark = sampling_grammar() if workload is None else workload_grammar(workload, target, rules)
+    if end_marker:
+        lark = with_end_marker(lark)
+    return lark if fmt == "lark" else lark_to_gbnf(lark, source="the sampling grammar")
 
 
 # ---- a small syntax tree, shared by grammar bodies and regular expressions ----------------

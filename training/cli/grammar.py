@@ -19,27 +19,13 @@ import sys
 
 from dragon_dsl.cli_kit import ExitCode, UsageError, examples
 
-__all__ = ["FORMATS", "export", "register"]
-
-FORMATS = ("lark", "gbnf")
-
-
-def export(fmt: str, workload=None, target: str = "llvm", rules: str | None = None, *,
-           end_marker: bool = True) -> str:
-    """The sampling grammar (or ``workload``'s) in ``fmt``, ``"lark"`` or ``"gbnf"``."""
-    from ..constraints import sampling_grammar, with_end_marker, workload_grammar
-    from ..gbnf import lark_to_gbnf
-
-    if fmt not in FORMATS:
-        raise UsageError(f"Expected --format among {', '.join(FORMATS)} but got {fmt!r}")
-    lark = sampling_grammar() if workload is None else workload_grammar(workload, target, rules)
-    if end_marker:
-        lark = with_end_marker(lark)
-    return lark if fmt == "lark" else lark_to_gbnf(lark, source="the sampling grammar")
+__all__ = ["register"]
 
 
 def cmd_grammar(args) -> int:
     from codegen.targets import RULE_SETS, as_target
+
+    from ..gbnf import sampling_grammar_as
 
     target = args.target
     try:
@@ -57,7 +43,8 @@ def cmd_grammar(args) -> int:
         from codegen.cli.workloads import cli_workload
 
         wl = cli_workload(args.workload)
-    text = export(args.format, wl, target, args.rules, end_marker=not args.no_end_marker)
+    text = sampling_grammar_as(args.format, wl, target, args.rules,
+                               end_marker=not args.no_end_marker)
     if args.out is None:
         sys.stdout.write(text)
     else:
@@ -79,7 +66,7 @@ def register(subparsers) -> None:
         **examples("dragon grammar --format lark > dragon.lark",
                    "dragon grammar --format gbnf --workload 'matmul(m=512,n=512,k=512)' "
                    "--target llvm --out matmul.gbnf"))
-    p.add_argument("--format", required=True, choices=FORMATS, help="lark or gbnf")
+    p.add_argument("--format", required=True, choices=("lark", "gbnf"), help="lark or gbnf")
     p.add_argument("--workload", default=None,
                    help="narrow the grammar to this workload (a spec or TVMScript file)")
     p.add_argument("--target", default="llvm",
