@@ -142,7 +142,7 @@ class HttpModel:
             for choice in choices[:config.attempts - len(samples)]:
                 text = choice["text"]
                 samples.append({"script": split_completion(text, require_end=False),
-                                "finish_reason": _FINISH.get(choice.get("finish_reason"),
+                                "finish_reason": _FINISH.get(str(choice.get("finish_reason")),
                                                              str(choice.get("finish_reason"))),
                                 "completion": text, "grammar": self.spec.grammar})
         return samples
