@@ -262,6 +262,11 @@ class Grammar:
     def __contains__(self, name: object) -> bool:
         return any(d.name == name for d in self)
 
+    def directives(self) -> list[str]:
+        """The ``%`` directives (``%ignore COMMENT``), as written."""
+        return [item.strip() for item in self._items
+                if isinstance(item, str) and item.lstrip().startswith("%")]
+
     def definition(self, name: str, why: str | None = None) -> Definition:
         """The rule or terminal ``name``; ``why`` (what it is needed for) goes in the error."""
         item = self._items[self._index(name, why)]

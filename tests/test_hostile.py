@@ -77,7 +77,7 @@ def test_version_and_bare_invocations(capsys):
 def test_every_help_has_examples_and_no_rst_markup(capsys):
     commands = ["check", "fmt", "encode", "decode", "apply", "bench", "roundtrip", "demo",
                 "sample", "workloads", "init-model", "workloads list", "workloads show",
-                "workloads sample", "datagen", "sft", "rl", "eval", "optimize"]
+                "workloads sample", "datagen", "sft", "rl", "eval", "optimize", "grammar"]
     assert run(["--help"], capsys)[0] == OK
     for command in commands:
         code, out, _ = run([*command.split(), "--help"], capsys)
@@ -584,6 +584,27 @@ def test_datagen_out_must_be_a_directory(tmp_path, capsys):
     code, _, err = run(["datagen", "--out", write(tmp_path, "f", "x"), "--preset", "tiny"],
                        capsys)
     assert code == USAGE and "not a directory" in one_line(err)
+
+
+# ---- grammar -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--format", "ebnf"], "invalid choice: 'ebnf'"),
+    ([], "the following arguments are required: --format"),
+    (["--format", "gbnf", "--workload", "nosuch(x=1)"], "nosuch"),
+    (["--format", "gbnf", "--workload", "matmul(m=0)"], "matmul"),
+    (["--format", "lark", "--target", "nosuch"], "nosuch"),
+    (["--format", "lark", "--workload", "matmul(m=16,n=16,k=16)", "--rules", "nosuch"],
+     "Expected --rules among"),
+    (["--format", "lark", "--out", "DIR"], "not a file in an existing directory"),
+    (["--format", "lark", "--out", "DIR/no/such/g.lark"], "not a file in an existing directory"),
+])
+def test_grammar_bad_flags(tmp_path, capsys, flags, needle):
+    flags = [f.replace("DIR", str(tmp_path)) for f in flags]
+    code, out, err = run(["grammar", *flags], capsys)
+    assert code == USAGE, err
+    assert needle in one_line(err) and not out
+    assert not list(tmp_path.iterdir())
 
 
 # ---- eval ----------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ from dragon_dsl.statements import STATEMENTS
 from .layout import canonical_lines, canonical_spacing
 
 __all__ = ["MAX_FACTORS", "annotation_keys", "annotation_values", "categorical_lists",
-           "expand_ranges", "kernel_loops", "sampling_grammar", "workload_grammar"]
+           "expand_ranges", "kernel_loops", "sampling_grammar", "with_end_marker",
+           "workload_grammar"]
 
 TILE_LENGTHS = (2, 3, 4, 5)
 _DERIVED = re.compile(r"^[lbv][0-9]+$")
@@ -228,6 +229,22 @@ def sampling_grammar(text: str | None = None) -> str:
     g = _sampling_rules(text)
     _bound_results(g)
     canonical_spacing(g)
+    return str(g)
+
+
+def with_end_marker(text: str, stop: str | None = None) -> str:
+    """A sampling or workload grammar whose scripts may end with the end marker a model writes
+    after its script (``training.prompts.STOP``, ``<end>``): what a server that constrains by
+    the grammar gets, so that a model may stop as it was taught, by the marker, or by EOS.
+
+    >>> Grammar.parse(with_end_marker(sampling_grammar())).body("start").endswith('"<end>"?')
+    True
+    """
+    from .prompts import STOP
+
+    g = Grammar.parse(text, user=_USER)
+    g.replace("start", f"{g.body('start', 'the end marker after a script')} "
+                       f"{_literal(STOP if stop is None else stop)}?")
     return str(g)
 
 

@@ -2,8 +2,10 @@
 
     dragon eval --model sft=runs/sft-tiny --model rl=runs/rl-tiny --data data/tiny --out eval/
     dragon eval --model rl=runs/rl-tiny --data data/tiny --out eval/ --kinds refinement -k 8
+    dragon eval --model qwen=http://localhost:8000/v1#Qwen/Qwen3-8B?grammar=lark --data ...
 
-Each model writes ``--attempts`` scripts per task by schedule-aware decoding; every script and
+Each model writes ``--attempts`` scripts per task, a local model by schedule-aware decoding, an
+OpenAI-compatible endpoint (``training.evaluate.http_model``) through its server; every script and
 every reference (the unscheduled kernel, the start script, MetaSchedule's best) is measured in
 this run.  Writes OUT/report.md with its plots, OUT/summary.json and OUT/samples.jsonl; a rerun
 with the same settings measures only what is missing.  Exit codes (``ExitCode``): 0 evaluated,
@@ -24,6 +26,8 @@ __all__ = ["register"]
 def _models(values: list[str]) -> dict[str, str]:
     models: dict[str, str] = {}
     for value in values:
+        if value.startswith(("http://", "https://")):
+            raise UsageError(f"--model {value!r}: name an endpoint, NAME=URL#SERVED_MODEL")
         name, sep, path = value.partition("=")
         if not sep:
             name, path = value.rstrip("/").rsplit("/", 1)[-1], value
@@ -73,9 +77,14 @@ def register(subparsers) -> None:
         **examples("dragon eval --model sft=runs/sft-tiny --model rl=runs/rl-tiny "
                    "--data data/tiny --out eval/tiny",
                    "dragon eval --model rl=runs/rl-tiny --data data/tiny --out eval/r "
-                   "--kinds refinement --attempts 8"))
+                   "--kinds refinement --attempts 8",
+                   "dragon eval --model qwen=http://localhost:8000/v1#Qwen/Qwen3-8B "
+                   "--model qwen-free='http://localhost:8000/v1#Qwen/Qwen3-8B?grammar=none' "
+                   "--data data/tiny --out eval/qwen"))
     p.add_argument("--model", action="append", required=True, metavar="NAME=PATH",
-                   help="a local model directory or SFT/RL run directory (repeatable)")
+                   help="a local model directory or SFT/RL run directory, or an "
+                   "OpenAI-compatible endpoint NAME=http://HOST:PORT/v1#SERVED_MODEL"
+                   "[?grammar=lark|lark-guided|gbnf|gbnf-vllm|none] (repeatable)")
     p.add_argument("--data", required=True, help="a `dragon datagen` output directory")
     p.add_argument("--out", required=True, help="the evaluation's directory (resumable)")
     p.add_argument("--target", default=None,

@@ -1,7 +1,8 @@
 """``run_eval``: models side by side on held-out tasks, every attempt measured in one session.
 
-Each model writes ``attempts`` scripts per task by schedule-aware decoding (the refinement
-prompt carries the start script's latency, measured first).  Then, task by task, one
+Each model writes ``attempts`` scripts per task (``generate``: a local model by schedule-aware
+decoding, an OpenAI-compatible endpoint by its server; the refinement prompt carries the start
+script's latency, measured first).  Then, task by task, one
 ``Evaluator`` (no cache) measures the references (the unscheduled kernel, the start script of
 a refinement task, MetaSchedule's best script) and every model's attempts, interleaved, in
 one batch: each script is built, verified against the unscheduled kernel's outputs and timed
@@ -30,17 +31,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dragon_dsl.errors import DragonError
-
+from .errors import EvalError
 from .tasks import KINDS, EvalTask, load_tasks
 
 __all__ = ["EvalConfig", "EvalError", "run_eval"]
 
 MANIFEST = "eval.json"
-
-
-class EvalError(DragonError):
-    """The evaluation cannot run as asked; the message says what to change."""
 
 
 @dataclass(frozen=True)
@@ -176,12 +172,14 @@ def measure_references(task: EvalTask, workload: Any, evaluator: Any) -> dict[st
 def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
              target: Any = None, config: EvalConfig | None = None, evaluator: Any = None,
              progress: bool = True) -> dict[str, Any]:
-    """Evaluate ``models`` (name -> local model or SFT/RL run directory) on the tasks of
-    ``data``; returns the summary (also written to ``OUT/summary.json``)."""
+    """Evaluate ``models`` (name -> a local model or SFT/RL run directory, or an
+    OpenAI-compatible endpoint ``http://host:port/v1#served-model``: ``generate.create``) on the
+    tasks of ``data``; returns the summary (also written to ``OUT/summary.json``)."""
     from codegen.measure import Evaluator, MeasureConfig
     from codegen.workloads import workload as make_workload
 
-    from ..train.run_dir import data_target, model_dir
+    from ..train.run_dir import data_target
+    from .generate import create
     from .metrics import head_to_head, summarize
     from .report import write_report
 
@@ -189,7 +187,8 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
         raise EvalError("name at least one model (NAME=PATH)")
     config = config or EvalConfig()
     out = Path(out)
-    dirs = {name: str(model_dir(path)) for name, path in models.items()}
+    generators = {name: create(name, spec) for name, spec in models.items()}
+    dirs = {name: g.source for name, g in generators.items()}
     target = target or data_target(data)
     if isinstance(target, str) and target.lstrip().startswith("{"):
         try:
@@ -211,7 +210,7 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
         evaluator = Evaluator(target, builders=config.builders, config=measure, cache=False)
     try:
         if todo:
-            _evaluate(todo, dirs, tasks, evaluator, store, config, make_workload, progress)
+            _evaluate(todo, generators, tasks, evaluator, store, config, make_workload, progress)
     finally:
         if owned:
             evaluator.close()
@@ -231,7 +230,8 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     return summary
 
 
-def _evaluate(todo, dirs, tasks, evaluator, store, config, make_workload, progress) -> None:
+def _evaluate(todo, generators, tasks, evaluator, store, config, make_workload,
+              progress) -> None:
     """Generate, model by model (one in memory at a time), then measure task by task: the
     references and every model's attempts of a task in one batch, the models interleaved, so
     that no model is timed under other conditions than its rival or its baseline."""
@@ -258,12 +258,15 @@ def _evaluate(todo, dirs, tasks, evaluator, store, config, make_workload, progre
             [outcome] = evaluator.evaluate(workload_of(task), [task.start_script])
             start_s[task.id] = outcome.latency_s if outcome.ok else None
     # 2. Generation.
-    for name in dirs:
+    for name, generator in generators.items():
         mine = [t for t in pending if name in by_task[t.id] and not generated.has(name, t)
                 and start_s.get(t.id, 1.0) is not None]
         if mine:
-            _generate(name, dirs[name], mine, start_s, generated, evaluator.target, config,
-                      workload_of, progress)
+            try:
+                _generate(generator, mine, start_s, generated, evaluator.target, config,
+                          workload_of, progress)
+            finally:
+                generator.close()
     # 3. Measurement.
     for task in tqdm(pending, desc="measure", unit="task", disable=not progress):
         wl = workload_of(task)
@@ -311,26 +314,19 @@ class _Generated(_Files):
                             "sample them again") from None
 
 
-def _generate(name, path, tasks, start_s, generated, target, config, workload_of,
+def _generate(generator, tasks, start_s, generated, target, config, workload_of,
               progress) -> None:
     from tqdm.auto import tqdm
 
     from ..prompts import construction_prompt, refinement_prompt
-    from ..sampling import SamplingConfig, load
-    from ..sampling.schedule_aware import sample_schedule_aware
 
-    model, tokenizer = load(path)
+    name = generator.name
     for task in tqdm(tasks, desc=f"generate {name}", unit="task", disable=not progress):
         wl = workload_of(task)
         prompt = (refinement_prompt(wl, target, task.start_script, start_s[task.id])
                   if task.kind == "refinement" else construction_prompt(wl, target))
-        sampling = SamplingConfig(n=config.attempts, temperature=config.temperature,
-                                  top_p=config.top_p, max_new_tokens=config.max_new_tokens,
-                                  seed=_task_seed(config.seed, task), batch_size=config.attempts)
         started = time.perf_counter()
-        samples = sample_schedule_aware(model, tokenizer, prompt, wl, target, sampling)
+        samples = generator.generate(prompt, wl, target, config, _task_seed(config.seed, task))
         generated.write(name, task, {
             "prompt": prompt, "generation_s": (time.perf_counter() - started) / len(samples),
-            "samples": [{"script": s.text, "finish_reason": s.finish_reason,
-                         "tokens": s.n_tokens, "applies_live": s.applies,
-                         "resampled": s.resampled} for s in samples]})
+            "samples": samples})

@@ -1,0 +1,79 @@
+"""How a model writes its attempts for ``run_eval``: one small interface, one implementation per
+way a model is served, chosen once from the ``--model`` value.
+
+- ``LocalModel``: a local model or SFT/RL run directory, sampled by schedule-aware decoding
+  (``training.sampling.schedule_aware``): every statement is applied as it is written.
+- ``HttpModel`` (``http_model``): an OpenAI-compatible endpoint (``http://host:port/v1#model``),
+  sampled by the server, under our grammar where the server takes one; its attempts are
+  measured as they come.
+
+Each returns the attempts of one prompt as sample dicts: ``script`` (what is measured),
+``finish_reason`` ("end" or "length") and what the way of sampling knows besides.
+
+>>> is_http("rl=http://localhost:8000/v1#rl".partition("=")[2])
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+__all__ = ["Generator", "LocalModel", "create", "is_http"]
+
+
+class Generator(Protocol):
+    """A model that writes attempts; ``source`` is what the evaluation's manifest records."""
+
+    name: str
+    source: str
+
+    def generate(self, prompt: str, workload: Any, target: Any, config: Any,
+                 seed: int) -> list[dict[str, Any]]:
+        """``config.attempts`` samples for ``prompt`` (``config``: an ``EvalConfig``)."""
+        ...
+
+    def close(self) -> None:
+        """Free what generating held (a model in memory)."""
+        ...
+
+
+def is_http(spec: str) -> bool:
+    return spec.startswith(("http://", "https://"))
+
+
+def create(name: str, spec: str) -> Generator:
+    """The generator for ``--model NAME=SPEC``: an HTTP endpoint or a local directory; a spec
+    that cannot be used raises (``EvalError``, ``RunError``) before anything is measured."""
+    if is_http(spec):
+        from .http_model import HttpModel
+
+        return HttpModel(name, spec)
+    return LocalModel(name, spec)
+
+
+class LocalModel:
+    """A local model or run directory (its ``final/``), loaded on first use."""
+
+    def __init__(self, name: str, path: str) -> None:
+        from ..train.run_dir import model_dir
+
+        self.name, self.source = name, str(model_dir(path))
+        self._loaded: tuple[Any, Any] | None = None
+
+    def generate(self, prompt: str, workload: Any, target: Any, config: Any,
+                 seed: int) -> list[dict[str, Any]]:
+        from ..sampling import SamplingConfig, load
+        from ..sampling.schedule_aware import sample_schedule_aware
+
+        if self._loaded is None:
+            self._loaded = load(self.source)
+        model, tokenizer = self._loaded
+        sampling = SamplingConfig(n=config.attempts, temperature=config.temperature,
+                                  top_p=config.top_p, max_new_tokens=config.max_new_tokens,
+                                  seed=seed, batch_size=config.attempts)
+        samples = sample_schedule_aware(model, tokenizer, prompt, workload, target, sampling)
+        return [{"script": s.text, "finish_reason": s.finish_reason, "tokens": s.n_tokens,
+                 "applies_live": s.applies, "resampled": s.resampled} for s in samples]
+
+    def close(self) -> None:
+        self._loaded = None

@@ -1,0 +1,187 @@
+"""A model behind an OpenAI-compatible HTTP endpoint (vLLM, llama.cpp, SGLang, a hosted API),
+for ``dragon eval``.
+
+    --model NAME=http://HOST:PORT/v1#SERVED_MODEL[?grammar=lark&timeout=600&key_env=VAR]
+
+Attempts come from ``POST /v1/completions`` with the prompt a local model gets, ``n``,
+``temperature``, ``top_p``, ``max_tokens``, ``seed`` and the end marker as ``stop``; a server
+that returns fewer choices than asked (llama.cpp gives one) is asked again for the rest, the
+seed moved on.  ``grammar`` says how the sampling grammar (``dragon grammar``, scripts that may
+end with ``<end>``) goes with each request (``GRAMMAR_MODES``): ``lark`` (the default) for
+vLLM's ``structured_outputs.grammar`` (its guidance backend reads llguidance Lark),
+``lark-guided`` for vLLM before v0.12 (``guided_grammar``), ``gbnf`` for llama.cpp's ``grammar``
+field, ``gbnf-vllm`` for vLLM's xgrammar backend, ``none`` for no constraint.  ``key_env`` names
+an environment variable holding a bearer token (never written to the evaluation's files).
+
+No schedule-aware decoding here: an attempt is measured as the server wrote it.  Every failure
+(connection refused, HTTP 4xx/5xx, a reply that is not a completion, a timeout) is an
+``EvalError`` naming the model and the URL.  Standard library only (``urllib``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from .errors import EvalError
+
+__all__ = ["GRAMMAR_MODES", "HttpModel", "HttpSpec", "parse_spec"]
+
+# mode -> (grammar format, where the request carries it)
+GRAMMAR_MODES: dict[str, tuple[str | None, tuple[str, ...]]] = {
+    "lark": ("lark", ("structured_outputs", "grammar")),
+    "lark-guided": ("lark", ("guided_grammar",)),
+    "gbnf": ("gbnf", ("grammar",)),
+    "gbnf-vllm": ("gbnf", ("structured_outputs", "grammar")),
+    "none": (None, ()),
+}
+_OPTIONS = ("grammar", "timeout", "key_env")
+_FINISH = {"stop": "end", "length": "length"}
+
+
+class HttpSpec:
+    """``http://host:port/v1#served-model?options``, read and checked."""
+
+    def __init__(self, url: str, model: str, grammar: str = "lark", timeout_s: float = 600.0,
+                 key_env: str | None = None) -> None:
+        self.url, self.model, self.grammar = url, model, grammar
+        self.timeout_s, self.key_env = timeout_s, key_env
+
+
+def parse_spec(name: str, text: str) -> HttpSpec:
+    """The endpoint of ``--model NAME=TEXT``; EvalError naming what is wrong.
+
+    >>> s = parse_spec("m", "http://localhost:8000/v1#qwen?grammar=gbnf")
+    >>> s.url, s.model, s.grammar
+    ('http://localhost:8000/v1', 'qwen', 'gbnf')
+    """
+    def bad(what: str) -> EvalError:
+        return EvalError(f"--model {name}={text}: {what}; expected "
+                         "NAME=http://HOST:PORT/v1#SERVED_MODEL[?grammar=MODE&timeout=S]")
+
+    url, _, fragment = text.partition("#")
+    model, _, query = fragment.partition("?")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise bad("not an http(s) URL with a host")
+    try:
+        parts.port  # noqa: B018  (a bad port raises)
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    if not model:
+        raise bad("no served model name after '#'")
+    options: dict[str, str] = {}
+    for pair in query.split("&") if query else []:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in _OPTIONS:
+            raise bad(f"unknown option {pair!r} (options: {', '.join(_OPTIONS)})")
+        options[key] = value
+    grammar = options.get("grammar", "lark")
+    if grammar not in GRAMMAR_MODES:
+        raise bad(f"grammar={grammar!r} is not one of {', '.join(GRAMMAR_MODES)}")
+    try:
+        timeout = float(options.get("timeout", "600"))
+    except ValueError:
+        timeout = -1.0
+    if not timeout > 0:
+        raise bad(f"timeout={options['timeout']!r} is not a positive number of seconds")
+    key_env = options.get("key_env") or None
+    if key_env is not None and not os.environ.get(key_env):
+        raise bad(f"key_env={key_env}: no such environment variable is set")
+    return HttpSpec(url.rstrip("/"), urllib.parse.unquote(model), grammar, timeout, key_env)
+
+
+@functools.cache
+def _grammar(fmt: str) -> str:
+    from ..gbnf import sampling_grammar_as
+
+    return sampling_grammar_as(fmt)
+
+
+class HttpModel:
+    """A served model; ``generate`` gives ``config.attempts`` samples of one prompt."""
+
+    def __init__(self, name: str, spec: str) -> None:
+        self.name, self.source = name, spec
+        self.spec = parse_spec(name, spec)
+        self.endpoint = f"{self.spec.url}/completions"
+
+    def close(self) -> None:
+        pass
+
+    def request_body(self, prompt: str, config: Any, n: int, seed: int) -> dict[str, Any]:
+        """The JSON of one completions request."""
+        from ..prompts import STOP
+
+        body: dict[str, Any] = {
+            "model": self.spec.model, "prompt": prompt, "n": n,
+            "temperature": config.temperature, "top_p": config.top_p,
+            "max_tokens": config.max_new_tokens, "seed": seed, "stop": [STOP]}
+        fmt, path = GRAMMAR_MODES[self.spec.grammar]
+        if fmt is not None:
+            *outer, last = path
+            place = body
+            for key in outer:
+                place = place.setdefault(key, {})
+            place[last] = _grammar(fmt)
+        return body
+
+    def generate(self, prompt: str, workload: Any, target: Any, config: Any,
+                 seed: int) -> list[dict[str, Any]]:
+        from ..prompts import split_completion
+
+        samples: list[dict[str, Any]] = []
+        while len(samples) < config.attempts:
+            choices = self._complete(self.request_body(
+                prompt, config, config.attempts - len(samples), seed + len(samples)))
+            for choice in choices[:config.attempts - len(samples)]:
+                text = choice["text"]
+                samples.append({"script": split_completion(text, require_end=False),
+                                "finish_reason": _FINISH.get(str(choice.get("finish_reason")),
+                                                             str(choice.get("finish_reason"))),
+                                "completion": text, "grammar": self.spec.grammar})
+        return samples
+
+    def _fail(self, what: str) -> EvalError:
+        return EvalError(f"model {self.name!r} at {self.endpoint}: {what}")
+
+    def _complete(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The choices of one request, in index order; EvalError on any failure."""
+        headers = {"Content-Type": "application/json"}
+        if self.spec.key_env:
+            headers["Authorization"] = f"Bearer {os.environ.get(self.spec.key_env, '')}"
+        request = urllib.request.Request(self.endpoint, data=json.dumps(body).encode(),
+                                         headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.spec.timeout_s) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            detail = exc.read(400).decode("utf-8", "replace").strip()
+            hint = (" (a server that takes no grammar: add ?grammar=none)"
+                    if exc.code in (400, 422) and self.spec.grammar != "none" else "")
+            raise self._fail(f"HTTP {exc.code} {exc.reason}: {detail[:300]}{hint}") from None
+        except urllib.error.URLError as exc:
+            reason = exc.reason
+            if isinstance(reason, TimeoutError):
+                raise self._fail(f"no answer within {self.spec.timeout_s:g} s") from None
+            raise self._fail(f"cannot connect ({reason})") from None
+        except TimeoutError:
+            raise self._fail(f"no answer within {self.spec.timeout_s:g} s") from None
+        except (OSError, ValueError) as exc:  # a connection reset, a malformed status line
+            raise self._fail(f"{type(exc).__name__}: {exc}") from None
+        try:
+            reply = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise self._fail(f"the reply is not JSON: {raw[:120]!r}") from None
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if not isinstance(choices, list) or not choices or not all(
+                isinstance(c, dict) and isinstance(c.get("text"), str) for c in choices):
+            raise self._fail(f"the reply has no completion choices with text: "
+                             f"{json.dumps(reply)[:200]}")
+        return sorted(choices, key=lambda c: c.get("index", 0)
+                      if isinstance(c.get("index", 0), int) else 0)
