@@ -3,7 +3,8 @@ measured beside its references, the field's figures, the report, resume and bad 
 
 The data comes from a real MetaSchedule search (softmax lands in the validation split, which
 the tests evaluate on); the models are a few-second SFT run (``conftest.sft_model``) and its
-first checkpoint.
+first checkpoint, and MetaSchedule's own search at equal budgets (the model ``metaschedule``,
+with a small population to keep it quick).
 """
 
 from __future__ import annotations
@@ -16,14 +17,23 @@ from pathlib import Path
 
 import pytest
 
-from training.evaluate import EvalConfig, EvalError, TaskError, load_tasks, run_eval, summarize
-from training.evaluate.metrics import FAST_P, head_to_head
+from training.evaluate import (
+    EvalConfig,
+    EvalError,
+    TaskError,
+    load_tasks,
+    metaschedule,
+    run_eval,
+    summarize,
+)
+from training.evaluate.metrics import FAST_P, budget_curves, head_to_head
 
 from .tiny_datagen import TARGET
 
 DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
 CONFIG = EvalConfig(split="validation", max_tasks=1, attempts=2, max_new_tokens=384,
-                    repeat=2, min_repeat_ms=1.0)
+                    repeat=2, min_repeat_ms=1.0, search_population=32)
+MS = metaschedule.NAME
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +67,9 @@ def test_tasks_are_the_distinct_prompts_of_the_split(data_dir):
 def test_every_attempt_is_measured_beside_its_references(evaluation, models):
     out, summary = evaluation
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    assert len(rows) == len(models) * 2 * CONFIG.attempts  # 2 models x 2 kinds x attempts
+    # 2 models and MetaSchedule x 2 kinds x attempts
+    assert len(rows) == (len(models) + 1) * 2 * CONFIG.attempts
+    assert len({r["session"] for r in rows}) == 1  # every row measured in one session
     for row in rows:
         assert row["status"] in {"correct", "incorrect", "build_error", "runtime_error",
                                  "timeout", "apply_error", "parse_error"}
@@ -74,29 +86,91 @@ def test_every_attempt_is_measured_beside_its_references(evaluation, models):
             assert f["fast_p"]["0"] == (1.0 if f["correct"] > 0 else 0.0)
     assert summary == json.loads((out / "summary.json").read_text())
     assert summary == {**summary, "by_model": summarize(rows)}
-    h = summary["head_to_head"]["construction"]["early vs final"]
-    assert h["wins_a"] + h["wins_b"] + h["ties"] == h["tasks"] == 1
+    for kind in ("construction", "refinement"):
+        assert set(summary["head_to_head"][kind]) == {
+            "early vs final", f"early vs {MS}", f"final vs {MS}"}
+        for h in summary["head_to_head"][kind].values():
+            assert h["wins_a"] + h["wins_b"] + h["ties"] == h["tasks"] == 1
+
+
+def test_metaschedule_searches_once_per_workload_and_is_measured_like_a_model(evaluation):
+    out, summary = evaluation
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    mine = [r for r in rows if r["model"] == MS]
+    assert {r["kind"] for r in mine} == {"construction", "refinement"}
+    assert summary["models"][MS] == metaschedule.describe(CONFIG.search_population)
+    [search] = (out / "generated" / MS / "searches").glob("*.json")
+    trials = json.loads(search.read_text())
+    assert trials["workload"] == mine[0]["workload"]
+    assert trials["search"]["trials"] == trials["search"]["per_round"] == CONFIG.attempts
+    # One search for both kinds: its trials, in the order measured, are the attempts of each.
+    for kind in ("construction", "refinement"):
+        attempts = sorted((r for r in mine if r["kind"] == kind), key=lambda r: r["attempt"])
+        assert [r["script"] for r in attempts] == [t["script"] for t in trials["samples"]]
+        # Re-measured in the task's batch; the search's own measurement rides along.
+        assert all(r["search_status"] in {"correct", "incorrect", "build_error"}
+                   for r in attempts)
+        assert all(r["status"] in {"correct", "incorrect", "build_error"} for r in attempts)
+    figures = summary["by_model"][MS]["construction"]
+    assert figures["attempts"] == CONFIG.attempts and figures["applies"] == 1.0
+
+
+def test_budget_curves_of_every_model_rise_with_measurements(evaluation, models):
+    out, summary = evaluation
+    curves = summary["curves"]
+    assert set(curves) == {*models, MS}
+    for model, kinds in curves.items():
+        for kind in ("construction", "refinement"):
+            c = kinds[kind]
+            assert c["measurements"] == list(range(1, CONFIG.attempts + 1))
+            assert c["tasks"] == 1
+            assert all(g >= 1.0 for g in c["geomean"])
+            assert all(a <= b for a, b in zip(c["geomean"], c["geomean"][1:], strict=False))
+            assert all(a <= b for a, b in zip(c["fast_1"], c["fast_1"][1:], strict=False))
+            # After every attempt the curve is the task's best, or 1x without a faster one.
+            best = summary["by_model"][model][kind]["best_speedup_geomean"] or 1.0
+            assert c["geomean"][-1] == pytest.approx(max(1.0, best))
+            assert c["fast_1"][-1] == summary["by_model"][model][kind]["fast_p"]["1"]
 
 
 def test_the_report_has_its_tables_and_plots(evaluation):
     out, _ = evaluation
     report = (out / "report.md").read_text()
     assert "| early |" in report and "| final |" in report and "fast_1.2" in report
-    for name in ("correctness.png", "speedups.png", "scatter.png"):
+    assert f"| {MS} |" in report and f"`{MS}` does not refine" in report
+    assert report.count("| model | n=1 | n=2 |") == 2  # a budget table per kind
+    for name in ("correctness.png", "speedups.png", "scatter.png", "budget_curves.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_a_rerun_measures_only_what_is_missing(evaluation, data_dir, models):
+def test_a_rerun_measures_only_what_is_missing(evaluation, data_dir, models, monkeypatch):
     out, summary = evaluation
     files = sorted((out / "samples").rglob("*.jsonl"))
     scripts = sorted((out / "generated").rglob("*.json"))
-    assert len(scripts) == len(files) == 2 * len(models)
+    searches = sorted((out / "generated" / MS / "searches").glob("*.json"))
+    assert len(files) == 2 * (len(models) + 1) and len(searches) == 1
+    assert len(scripts) == len(files) + len(searches)
     stamps = {p: p.stat().st_mtime_ns for p in files + scripts}
-    files[0].unlink()
+    # A model's measured task; MetaSchedule's measured task, and another with its scripts.
+    model_file = files[0]
+    ms_file, ms_other = (p for p in files if p.parent.name == MS)
+    ms_scripts = next(p for p in scripts if p.parent.name == MS and p.stem == ms_other.stem)
+    held = json.loads(ms_scripts.read_text())
+    for path in (model_file, ms_file, ms_other, ms_scripts):
+        path.unlink()
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("the search was run again")
+
+    monkeypatch.setattr(metaschedule, "search_attempts", no_search)
     again = run_eval(models, data_dir, out, target=TARGET, config=CONFIG, progress=False)
-    assert files[0].is_file()
+    assert model_file.is_file() and ms_file.is_file() and ms_other.is_file()
+    # MetaSchedule's scripts come back from its search of the workload, not a new search.
+    assert json.loads(ms_scripts.read_text()) == held
     # Measured again from the scripts already generated; nothing else touched.
-    assert all(p.stat().st_mtime_ns == stamps[p] for p in files[1:] + scripts)
+    untouched = [p for p in files + scripts
+                 if p not in (model_file, ms_file, ms_other, ms_scripts)]
+    assert all(p.stat().st_mtime_ns == stamps[p] for p in untouched)
     assert again["by_model"].keys() == summary["by_model"].keys()
 
 
@@ -128,19 +202,29 @@ def test_missing_data_and_models_are_clear_errors(data_dir, models, tmp_path):
         load_tasks(data_dir, "nope")
     with pytest.raises(RunError, match="no model in"):
         run_eval({"x": str(tmp_path)}, data_dir, tmp_path / "o", target=TARGET, config=CONFIG)
+    with pytest.raises(EvalError, match=f"the model name '{MS}' stands for MetaSchedule"):
+        run_eval({MS: models["final"]}, data_dir, tmp_path / "o", target=TARGET, config=CONFIG)
 
 
-def test_cli_prints_the_summary_of_a_finished_evaluation(evaluation, data_dir, models):
-    out, _ = evaluation
+def test_cli_prints_the_summary_of_a_finished_evaluation(evaluation, data_dir, models,
+                                                         tmp_path):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(evaluation[0], out)
     summary = json.loads((out / "summary.json").read_text())  # the latest run's
     args = [DRAGON, "eval", "--data", str(data_dir), "--out", str(out), "--split", "validation",
             "--max-tasks", "1", "-k", "2", "--max-new-tokens", "384", "--repeat", "2",
-            "--min-repeat-ms", "1", "--target", json.dumps(TARGET), "--json", "-q"]
+            "--min-repeat-ms", "1", "--target", json.dumps(TARGET), "--json", "-q",
+            "--no-metaschedule"]
     for name, path in models.items():
         args += ["--model", f"{name}={path}"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["by_model"] == summary["by_model"]
+    printed = json.loads(done.stdout)
+    # Without MetaSchedule: the models' figures as before, MetaSchedule's left out.
+    assert printed["by_model"] == {m: f for m, f in summary["by_model"].items() if m != MS}
+    assert set(printed["curves"]) == set(models)
     bad = subprocess.run([DRAGON, "eval", "--model", "a=/nonexistent", "--data", str(data_dir),
                           "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no model in /nonexistent" in bad.stderr
@@ -155,3 +239,26 @@ def test_head_to_head_counts_ties_within_the_tolerance():
     rows.append({"model": "a", "task": "t3", "kind": "k", "status": "skipped"})
     assert head_to_head(rows, "a", "b", "k") == {"wins_a": 1, "wins_b": 0, "ties": 1,
                                                  "tasks": 2}
+
+
+def test_budget_curves_take_attempts_in_order_and_keep_the_unscheduled_kernel():
+    def row(model, task, attempt, status, latency, kind="construction"):
+        return {"model": model, "task": task, "kind": kind, "attempt": attempt,
+                "status": status, "latency_s": latency, "unscheduled_s": 4.0}
+
+    rows = [row("a", "t1", 0, "incorrect", None), row("a", "t1", 1, "correct", 8.0),
+            row("a", "t1", 2, "correct", 1.0), row("a", "t2", 0, "correct", 2.0),
+            row("a", "t2", 1, "build_error", None), row("a", "t2", 2, "correct", 0.5),
+            row("a", "t3", 0, "skipped", None),
+            # b stopped after one measurement (a search that ran out of candidates)
+            row("b", "t1", 0, "correct", 4.0), row("b", "t2", 0, "timeout", None),
+            row("b", "t9", 0, "correct", 1.0, kind="refinement")]
+    curves = budget_curves(rows)
+    a = curves["a"]["construction"]
+    assert a["measurements"] == [1, 2, 3] and a["tasks"] == 2  # the skipped task left out
+    # t1: none, then 0.5x (slower: the unscheduled kernel stays, 1x), then 4x; t2: 2x, 2x, 8x.
+    assert a["geomean"] == pytest.approx([2 ** 0.5, 2 ** 0.5, (4 * 8) ** 0.5])
+    assert a["fast_1"] == [0.5, 0.5, 1.0]
+    b = curves["b"]["construction"]
+    assert b["measurements"] == [1] and b["geomean"] == [1.0] and b["fast_1"] == [0.5]
+    assert curves["b"]["refinement"]["geomean"] == [pytest.approx(4.0)]

@@ -65,6 +65,14 @@ def decode_workload(data: WorkloadData):
     return _WORKLOADS[data.ir]
 
 
+def _forget_workloads() -> None:
+    """After a script fails to apply: a schedule primitive TVM refuses halfway (an
+    InternalError inside ``compute_at``, say) can leave the module it was given changed in
+    place, and every later script of the workload would then be applied to that changed
+    kernel, so the next job decodes the workload again."""
+    _WORKLOADS.clear()
+
+
 def _failure(status: Status, stage: str, exc: BaseException) -> Failed:
     return Failed(status, stage, getattr(exc, "reason", str(exc)), getattr(exc, "line", None),
                   getattr(exc, "column", None))
@@ -81,7 +89,11 @@ def _apply(job: ApplyJob | BuildJob, mod):
     except DslSyntaxError as exc:
         return _failure(Status.PARSE_ERROR, "parse", exc)
     except DragonError as exc:
+        _forget_workloads()
         return _failure(Status.APPLY_ERROR, "apply", exc)
+    except BaseException:
+        _forget_workloads()
+        raise
 
 
 def _apply_stepwise(job: ApplyJob, mod) -> Applied | Failed:
@@ -95,7 +107,11 @@ def _apply_stepwise(job: ApplyJob, mod) -> Applied | Failed:
     except DslSyntaxError as exc:
         return _failure(Status.PARSE_ERROR, "parse", exc)
     except DragonError as exc:
+        _forget_workloads()
         return _failure(Status.APPLY_ERROR, "apply", exc)
+    except BaseException:
+        _forget_workloads()
+        raise
     return Applied(live.sch.mod.script())
 
 

@@ -5,10 +5,12 @@
     dragon eval --model qwen=http://localhost:8000/v1#Qwen/Qwen3-8B?grammar=lark --data ...
 
 Each model writes ``--attempts`` scripts per task, a local model by schedule-aware decoding, an
-OpenAI-compatible endpoint (``training.evaluate.http_model``) through its server; every script and
-every reference (the unscheduled kernel, the start script, MetaSchedule's best) is measured in
-this run.  Writes OUT/report.md with its plots, OUT/summary.json and OUT/samples.jsonl; a rerun
-with the same settings measures only what is missing.  Exit codes (``ExitCode``): 0 evaluated,
+OpenAI-compatible endpoint (``training.evaluate.http_model``) through its server, and
+MetaSchedule's search (the model ``metaschedule``, unless ``--no-metaschedule``) gets as many
+trials per workload; every script and every reference (the unscheduled kernel, the start
+script, MetaSchedule's best from the dataset) is measured in this run.  Writes OUT/report.md
+with its plots, OUT/summary.json and OUT/samples.jsonl; a rerun with the same settings measures
+only what is missing.  Exit codes (``ExitCode``): 0 evaluated,
 2 usage errors (a model or data that cannot be read, an OUT holding another evaluation).
 """
 
@@ -49,7 +51,9 @@ def cmd_eval(args) -> int:
                             attempts=args.attempts, temperature=args.temperature,
                             top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                             seed=args.seed, repeat=args.repeat,
-                            min_repeat_ms=args.min_repeat_ms, builders=args.builders)
+                            min_repeat_ms=args.min_repeat_ms, builders=args.builders,
+                            metaschedule=not args.no_metaschedule,
+                            search_population=args.search_population)
         with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
             summary = run_eval(_models(args.model), args.data, args.out, target=args.target,
                                config=config, progress=not args.quiet)
@@ -72,8 +76,9 @@ def register(subparsers) -> None:
         description="Sample scripts from each model for the held-out construction and "
                     "refinement tasks of a `dragon datagen` output, build, verify and time "
                     "every one beside the tasks' references in one session, and report "
-                    "per-attempt correctness, speedups (geometric mean, median, fast_p) and "
-                    "head-to-head counts.",
+                    "per-attempt correctness, speedups (geometric mean, median, fast_p), "
+                    "head-to-head counts and budget curves, against MetaSchedule's search "
+                    "given as many measurements.",
         **examples("dragon eval --model sft=runs/sft-tiny --model rl=runs/rl-tiny "
                    "--data data/tiny --out eval/tiny",
                    "dragon eval --model rl=runs/rl-tiny --data data/tiny --out eval/r "
@@ -102,6 +107,10 @@ def register(subparsers) -> None:
     p.add_argument("--min-repeat-ms", type=float, default=10.0,
                    help="each timed run repeats the kernel at least this long")
     p.add_argument("--builders", type=int, default=None, help="parallel builds")
+    p.add_argument("--no-metaschedule", action="store_true",
+                   help="skip MetaSchedule's search at equal budgets (the model 'metaschedule')")
+    p.add_argument("--search-population", type=int, default=512,
+                   help="population of MetaSchedule's evolutionary search (default 512)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_eval)

@@ -13,7 +13,9 @@ session.  What is reported, per model and task kind, follows the field's convent
   have a correct attempt, and ``fast_p``, KernelBench's share of *all* tasks whose best kernel
   is correct and at least ``p`` times faster than the unscheduled kernel (``fast_0`` is the
   share of tasks solved at all);
-* head to head: per task, which of two models found the faster best kernel.
+* head to head: per task, which of two models found the faster best kernel;
+* budget curves: per model and kind, the best speedup over the unscheduled kernel among the
+  first ``n`` attempts (``n`` measurements spent, in sampling order), over the tasks.
 
 >>> rows = [{"model": "a", "task": "t", "kind": "construction", "status": "correct",
 ...          "latency_s": 1.0, "unscheduled_s": 2.0},
@@ -32,7 +34,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["FAST_P", "best_by_task", "fast_p", "geomean", "head_to_head", "summarize"]
+__all__ = ["FAST_P", "best_by_task", "budget_curves", "fast_p", "geomean", "head_to_head",
+           "summarize"]
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
 _NOT_PARSED = {"parse_error"}
@@ -56,6 +59,12 @@ def _median(values: list[float]) -> float | None:
 
 def _ratio(reference: float | None, latency: float | None) -> float | None:
     return reference / latency if reference and latency else None
+
+
+def _speedups(rows: list[dict[str, Any]], reference: str) -> list[float]:
+    """Each correct row's speedup over its task's ``reference`` latency, where there is one."""
+    ratios = (_ratio(r.get(reference), r["latency_s"]) for r in rows)
+    return [s for s in ratios if s is not None]
 
 
 def best_by_task(rows: Iterable[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -99,8 +108,8 @@ def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(rows)
     statuses = [r["status"] for r in rows]
     correct = [r for r in rows if r["status"] == "correct" and r.get("latency_s")]
-    attempt = [_ratio(r.get("unscheduled_s"), r["latency_s"]) for r in correct]
-    attempt = [s for s in attempt if s]
+    attempt = _speedups(correct, "unscheduled_s")
+    attempt_ms = _speedups(correct, "metaschedule_s")
     best = best_by_task(rows)
     tasks = sorted({r["task"] for r in rows})
     reference = {r["task"]: r for r in rows}
@@ -121,6 +130,9 @@ def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "best_speedup_geomean": geomean(solved), "best_speedup_median": _median(solved),
         "fast_p": {f"{p:g}": fast_p(over["unscheduled"], p) for p in FAST_P},
     }
+    if attempt_ms:
+        figures["attempt_over_metaschedule_geomean"] = geomean(attempt_ms)
+        figures["attempt_over_metaschedule_median"] = _median(attempt_ms)
     for name in ("metaschedule", "start"):
         values = [s for s in over[name] if s is not None]
         if values:
@@ -156,3 +168,46 @@ def head_to_head(rows: list[dict[str, Any]], a: str, b: str, kind: str, *,
         else:
             out["ties"] += 1
     return out
+
+
+def budget_curves(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{model: {kind: curve}}``: for ``n`` = 1 .. the model's attempts per task (in
+    sampling order, ``attempt``), over the tasks of the kind, the geometric mean of each task's
+    best speedup over the unscheduled kernel among its first ``n`` attempts, and the share of
+    tasks whose best is correct and at least 1x faster (``fast_1``).  The unscheduled kernel
+    is always at hand: a task whose first ``n`` attempts hold no correct kernel faster than it
+    counts 1.0x (the user keeps the unscheduled kernel), so a curve never falls.
+
+    >>> rows = [{"model": "a", "task": t, "kind": "k", "attempt": i, "status": s,
+    ...          "latency_s": l, "unscheduled_s": 4.0}
+    ...         for t, i, s, l in (("t1", 0, "incorrect", None), ("t1", 1, "correct", 1.0),
+    ...                            ("t2", 0, "correct", 2.0), ("t2", 1, "correct", 8.0))]
+    >>> curve = budget_curves(rows)["a"]["k"]
+    >>> curve["measurements"], [round(g, 3) for g in curve["geomean"]], curve["fast_1"]
+    ([1, 2], [1.414, 2.828], [0.5, 1.0])
+    """
+    groups: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list))
+    for row in rows:
+        if row["status"] != "skipped":
+            groups[(row["model"], row["kind"])][row["task"]].append(row)
+    out: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for (model, kind), tasks in sorted(groups.items()):
+        budget = max(r["attempt"] for group in tasks.values() for r in group) + 1
+        best = dict.fromkeys(tasks, 1.0)
+        fast = dict.fromkeys(tasks, False)
+        curve: dict[str, Any] = {"measurements": [], "geomean": [], "fast_1": []}
+        for n in range(1, budget + 1):
+            for task, group in tasks.items():
+                for row in group:
+                    if row["attempt"] != n - 1 or row["status"] != "correct":
+                        continue
+                    speedup = _ratio(row.get("unscheduled_s"), row.get("latency_s"))
+                    if speedup is not None:
+                        best[task] = max(best[task], speedup)
+                        fast[task] = fast[task] or speedup >= 1.0
+            curve["measurements"].append(n)
+            curve["geomean"].append(geomean(best.values()))
+            curve["fast_1"].append(sum(fast.values()) / len(tasks))
+        out[model][kind] = {**curve, "tasks": len(tasks)}
+    return dict(out)

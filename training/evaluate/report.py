@@ -2,8 +2,9 @@
 
 Plots (matplotlib, written without a display): correctness per model and kind
 (``correctness.png``), the distribution of each model's best speedup per task over the
-unscheduled kernel (``speedups.png``), and for the first two models a per-task scatter of
-their best speedups (``scatter.png``).
+unscheduled kernel (``speedups.png``), the budget curves, best speedup against measurements
+spent per task, one line per model (``budget_curves.png``), and for the first two models a
+per-task scatter of their best speedups (``scatter.png``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .metaschedule import NAME as METASCHEDULE
 from .metrics import FAST_P, best_by_task
 
 __all__ = ["markdown", "write_report"]
@@ -31,12 +33,17 @@ def markdown(summary: dict[str, Any]) -> str:
              f"Target `{summary['target']}`; {summary['attempts']} attempts per task and model; "
              "every latency measured in this run, beside its references.",
              ""]
+    if METASCHEDULE in summary["by_model"]:
+        lines += [f"`{METASCHEDULE}` is MetaSchedule's evolutionary search given as many "
+                  "measurements per workload as a model has attempts per task, its trials "
+                  "being its attempts in the order measured (MetaSchedule's best is the best "
+                  "script of the longer search that made the data).", ""]
     for kind, count in summary["tasks"].items():
         lines += [f"## {kind.capitalize()} ({count} tasks)", "",
                   "| model | parses | applies | builds | correct | attempt speedup geomean "
                   "(median) | best speedup geomean (median) | "
-                  + " | ".join(f"fast_{p:g}" for p in FAST_P) + " | best vs MetaSchedule "
-                  "geomean |",
+                  + " | ".join(f"fast_{p:g}" for p in FAST_P) + " | best vs MetaSchedule's "
+                  "best geomean (median) |",
                   "|---" * (8 + len(FAST_P)) + "|"]
         for model, kinds in summary["by_model"].items():
             f = kinds.get(kind)
@@ -48,12 +55,18 @@ def markdown(summary: dict[str, Any]) -> str:
                 f"({_x(f['attempt_speedup_median'])}) | {_x(f['best_speedup_geomean'])} "
                 f"({_x(f['best_speedup_median'])}) | "
                 + " | ".join(_pct(f["fast_p"][f"{p:g}"]) for p in FAST_P)
-                + f" | {_x(f.get('best_over_metaschedule_geomean'))} |")
+                + f" | {_x(f.get('best_over_metaschedule_geomean'))} "
+                f"({_x(f.get('best_over_metaschedule_median'))}) |")
         if kind == "refinement":
             lines += ["", "Best over the start script (geomean, tasks improved): " + ", ".join(
                 f"{m} {_x(k[kind].get('best_over_start_geomean'))} "
                 f"({k[kind].get('faster_than_start', 0)})"
                 for m, k in summary["by_model"].items() if kind in k)]
+            if METASCHEDULE in summary["by_model"]:
+                lines += ["", f"`{METASCHEDULE}` does not refine: its attempts at a "
+                          "refinement task are its search of the workload from scratch, the "
+                          "same as for construction."]
+        lines += _curve_table(summary.get("curves", {}), kind)
         pairs = summary["head_to_head"].get(kind, {})
         if pairs:
             lines += ["", "| head to head | wins | wins | ties | tasks |", "|---|---|---|---|---|"]
@@ -65,11 +78,31 @@ def markdown(summary: dict[str, Any]) -> str:
     lines += ["fast_p: the share of tasks whose best attempt is correct and at least p times "
               "faster than the unscheduled kernel (fast_0: solved at all).  Speedup geomeans "
               "are over correct attempts (attempt) or over tasks with a correct attempt "
-              "(best).", "",
+              "(best); best vs MetaSchedule's best: over the best script of the search that "
+              "made the data, re-measured here.", "",
               "![correctness](correctness.png)", "", "![speedups](speedups.png)", ""]
+    if summary.get("curves"):
+        lines += ["![budget curves](budget_curves.png)", ""]
     if len(summary["by_model"]) >= 2:
         lines += ["![scatter](scatter.png)", ""]
     return "\n".join(lines)
+
+
+def _curve_table(curves: dict[str, Any], kind: str) -> list[str]:
+    """Best speedup against measurements spent per task, one row per model."""
+    rows = {m: k[kind] for m, k in curves.items() if kind in k}
+    if not rows:
+        return []
+    budget = max(len(c["measurements"]) for c in rows.values())
+    lines = ["", "Budget: geomean over tasks of the best speedup over the unscheduled kernel "
+             "among the first n attempts (n measurements per task; a task without a faster "
+             "correct kernel counts 1.0x, the unscheduled kernel kept), and fast_1.", "",
+             "| model | " + " | ".join(f"n={n}" for n in range(1, budget + 1)) + " |",
+             "|---" * (budget + 1) + "|"]
+    for model, c in rows.items():
+        cells = [f"{_x(g)} ({_pct(f)})" for g, f in zip(c["geomean"], c["fast_1"], strict=True)]
+        lines.append(f"| {model} | " + " | ".join(cells + ["-"] * (budget - len(cells))) + " |")
+    return lines
 
 
 def _speedup_axis(ax: Any, which: str) -> None:
@@ -128,6 +161,25 @@ def write_report(out: Path, summary: dict[str, Any], rows: list[dict[str, Any]])
     fig.tight_layout()
     fig.savefig(out / "speedups.png", dpi=110)
     plt.close(fig)
+
+    curves = summary.get("curves", {})
+    if curves:
+        fig, axes = plt.subplots(1, len(kinds), figsize=(5 * len(kinds), 3.5), squeeze=False)
+        for ax, kind in zip(axes[0], kinds, strict=True):
+            for model, marker in zip(models, "osd^v<>p*h" * len(models), strict=False):
+                c = curves.get(model, {}).get(kind)
+                if c:
+                    ax.plot(c["measurements"], c["geomean"], marker=marker, label=model,
+                            alpha=0.8)
+            ax.axhline(1.0, color="grey", lw=0.8)
+            ax.set_xlabel("measurements per task")
+            ax.set_ylabel("best speedup, geomean over tasks")
+            ax.set_title(f"{kind}: best speedup against budget")
+            ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "budget_curves.png", dpi=110)
+        plt.close(fig)
 
     if len(models) >= 2:
         a, b = models[:2]

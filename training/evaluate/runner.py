@@ -2,19 +2,24 @@
 
 Each model writes ``attempts`` scripts per task (``generate``: a local model by schedule-aware
 decoding, an OpenAI-compatible endpoint by its server; the refinement prompt carries the start
-script's latency, measured first).  Then, task by task, one
-``Evaluator`` (no cache) measures the references (the unscheduled kernel, the start script of
-a refinement task, MetaSchedule's best script) and every model's attempts, interleaved, in
-one batch: each script is built, verified against the unscheduled kernel's outputs and timed
-beside its baseline and its rivals.  The output directory::
+script's latency, measured first).  MetaSchedule, the rival model ``metaschedule``
+(``metaschedule.py``; off with ``EvalConfig.metaschedule``), searches each workload once with
+``attempts`` trials measured by the same evaluator, and its trials are its attempts.  Then,
+task by task, one ``Evaluator`` (no cache) measures the references (the unscheduled kernel, the
+start script of a refinement task, MetaSchedule's best script from the dataset) and every
+model's attempts, interleaved, in one batch: each script is built, verified against the
+unscheduled kernel's outputs and timed beside its baseline and its rivals.  The output
+directory::
 
     OUT/eval.json            the models, data, target and settings (a rerun must match them)
     OUT/generated/MODEL/*.json  a model's scripts for a task, before they are measured
+    OUT/generated/metaschedule/searches/*.json  one search per workload, its trials in order
     OUT/samples/MODEL/*.jsonl  one file per (model, task), measured, written whole: a rerun
                              samples and measures only what has no file, so an interrupted run
                              resumes
     OUT/samples.jsonl        every attempt of every model, one JSON object per line
-    OUT/summary.json         ``metrics.summarize`` and the head-to-head counts
+    OUT/summary.json         ``metrics.summarize``, the head-to-head counts, the budget
+                             curves (``metrics.budget_curves``)
     OUT/report.md, *.png     ``report.write_report``
 
 Rows measured in different sessions (a resumed run) keep the references of their own session:
@@ -31,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import metaschedule
 from .errors import EvalError
 from .tasks import KINDS, EvalTask, load_tasks
 
@@ -52,7 +58,8 @@ class EvalConfig:
     top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling threshold."})
     max_new_tokens: int = field(default=640, metadata={"help": "Token budget per script."})
     seed: int = field(default=0, metadata={
-        "help": "Sampling seed; each (task, attempt) draws from its own stream."})
+        "help": "Sampling seed; each (task, attempt) draws from its own stream.  Also the "
+                "seed of MetaSchedule's search."})
     repeat: int = field(default=5, metadata={"help": "Timed runs per measurement (median)."})
     min_repeat_ms: float = field(default=10.0, metadata={
         "help": "Each timed run repeats the kernel for at least this long."})
@@ -61,6 +68,12 @@ class EvalConfig:
     builders: int | None = field(default=None, metadata={"help": "Parallel builds."})
     tie: float = field(default=0.02, metadata={
         "help": "Head to head, best kernels within this relative difference tie."})
+    metaschedule: bool = field(default=True, metadata={
+        "help": "Evaluate MetaSchedule's search as the model 'metaschedule', given as many "
+                "measurements per workload as a model has attempts per task."})
+    search_population: int = field(default=512, metadata={
+        "help": "Population of MetaSchedule's evolutionary search (its default, 512; a "
+                "smaller one searches faster and worse)."})
 
     def __post_init__(self) -> None:
         bad = [k for k in self.kinds if k not in KINDS]
@@ -68,10 +81,15 @@ class EvalConfig:
             raise EvalError(f"Expected kinds among {KINDS} but got {bad}")
         if self.attempts < 1:
             raise EvalError(f"Expected attempts >= 1 but got attempts={self.attempts}")
+        if self.search_population < 1:
+            raise EvalError(f"Expected search_population >= 1 but got "
+                            f"search_population={self.search_population}")
 
     def settings(self) -> dict[str, Any]:
-        """The fields a resumed run must share (those that change what a row means)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("builders", "tie")}
+        """The fields a resumed run must share (those that change what a row means; the
+        search's settings are in the name of the model ``metaschedule`` instead)."""
+        return {k: v for k, v in asdict(self).items()
+                if k not in ("builders", "tie", "metaschedule", "search_population")}
 
 
 def _slug(text: str) -> str:
@@ -146,8 +164,10 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
                                 f"{was!r}, now {now!r}; use a new --out")
         for name, path_ in held.get("models", {}).items():
             if manifest["models"].get(name, path_) != path_:
+                hint = ("use a new --out" if name == metaschedule.NAME
+                        else "name it differently")
                 raise EvalError(f"{out}: model {name!r} was {path_}, now "
-                                f"{manifest['models'][name]}; name it differently")
+                                f"{manifest['models'][name]}; {hint}")
         manifest = {**manifest, "models": {**held.get("models", {}), **manifest["models"]}}
     from ..datagen.records import write_atomically
 
@@ -180,15 +200,21 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
 
     from ..train.run_dir import data_target
     from .generate import create
-    from .metrics import head_to_head, summarize
+    from .metrics import budget_curves, head_to_head, summarize
     from .report import write_report
 
     if not models:
         raise EvalError("name at least one model (NAME=PATH)")
+    if metaschedule.NAME in models:
+        raise EvalError(f"the model name {metaschedule.NAME!r} stands for MetaSchedule's "
+                        "search; name your model differently (NAME=PATH)")
     config = config or EvalConfig()
     out = Path(out)
     generators = {name: create(name, spec) for name, spec in models.items()}
     dirs = {name: g.source for name, g in generators.items()}
+    rivals = {**dirs, **({metaschedule.NAME: metaschedule.describe(config.search_population)}
+                         if config.metaschedule else {})}
+    names = list(rivals)
     target = target or data_target(data)
     if isinstance(target, str) and target.lstrip().startswith("{"):
         try:
@@ -200,9 +226,9 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
         raise EvalError(f"the {config.split!r} split of {data} holds no tasks")
     out.mkdir(parents=True, exist_ok=True)
     _check_manifest(out, {"data": str(Path(data).resolve()), "target": target,
-                          "settings": config.settings(), "models": dirs})
+                          "settings": config.settings(), "models": rivals})
     store = _Store(out)
-    todo = [(name, t) for name in dirs for t in tasks if not store.has(name, t)]
+    todo = [(name, t) for name in names for t in tasks if not store.has(name, t)]
     owned = evaluator is None and bool(todo)
     if owned:
         measure = MeasureConfig(repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
@@ -214,17 +240,17 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     finally:
         if owned:
             evaluator.close()
-    rows = store.rows(list(dirs), tasks)
+    rows = store.rows(names, tasks)
     with open(out / "samples.jsonl", "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    names = list(dirs)
-    summary = {"models": dirs, "target": target, "split": config.split,
+    summary = {"models": rivals, "target": target, "split": config.split,
                "tasks": {k: sum(t.kind == k for t in tasks) for k in config.kinds},
                "attempts": config.attempts, "by_model": summarize(rows),
                "head_to_head": {
                    kind: {f"{a} vs {b}": head_to_head(rows, a, b, kind, tie=config.tie)
                           for i, a in enumerate(names) for b in names[i + 1:]}
-                   for kind in config.kinds}}
+                   for kind in config.kinds},
+               "curves": budget_curves(rows)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     write_report(out, summary, rows)
     return summary
@@ -257,7 +283,7 @@ def _evaluate(todo, generators, tasks, evaluator, store, config, make_workload,
                                                  for n in by_task[task.id]):
             [outcome] = evaluator.evaluate(workload_of(task), [task.start_script])
             start_s[task.id] = outcome.latency_s if outcome.ok else None
-    # 2. Generation.
+    # 2. Generation: the models, then MetaSchedule's searches.
     for name, generator in generators.items():
         mine = [t for t in pending if name in by_task[t.id] and not generated.has(name, t)
                 and start_s.get(t.id, 1.0) is not None]
@@ -267,6 +293,10 @@ def _evaluate(todo, generators, tasks, evaluator, store, config, make_workload,
                           workload_of, progress)
             finally:
                 generator.close()
+    mine = [t for t in pending if metaschedule.NAME in by_task[t.id]
+            and not generated.has(metaschedule.NAME, t) and start_s.get(t.id, 1.0) is not None]
+    if mine:
+        _search(mine, generated, evaluator, config, workload_of, progress)
     # 3. Measurement.
     for task in tqdm(pending, desc="measure", unit="task", disable=not progress):
         wl = workload_of(task)
@@ -281,19 +311,28 @@ def _evaluate(todo, generators, tasks, evaluator, store, config, make_workload,
                     {**base, "model": name, "attempt": i, "status": "skipped",
                      "message": "the start script to refine is not correct here"}
                     for i in range(config.attempts)])
-        order = [(n, i) for i in range(config.attempts) for n in made]
+        # MetaSchedule's script is None where the language cannot write its trace.
+        order = [(n, i) for i in range(config.attempts) for n in made
+                 if i < len(made[n]["samples"]) and made[n]["samples"][i]["script"]]
         outcomes = evaluator.evaluate(wl, [made[n]["samples"][i]["script"] for n, i in order])
         measured = dict(zip(order, outcomes, strict=True))
         for name, gen in made.items():
             rows = []
             for i, sample in enumerate(gen["samples"]):
-                o = measured[(name, i)]
+                o = measured.get((name, i)) or _unwritten()
                 rows.append({**base, "model": name, "attempt": i, **sample,
                              "status": o.status.value, "stage": o.stage,
                              "message": o.message[:500],
                              "latency_s": o.latency_s if o.ok else None,
                              "generation_s": gen["generation_s"]})
             store.write(name, task, rows)
+
+
+def _unwritten() -> Any:
+    from codegen.measure.outcomes import Outcome, Status
+
+    return Outcome(Status.APPLY_ERROR, "encode",
+                   "MetaSchedule's trace could not be written as a script")
 
 
 class _Generated(_Files):
@@ -330,3 +369,48 @@ def _generate(generator, tasks, start_s, generated, target, config, workload_of,
         generated.write(name, task, {
             "prompt": prompt, "generation_s": (time.perf_counter() - started) / len(samples),
             "samples": samples})
+
+
+class _Searches(_Files):
+    """MetaSchedule's search of a workload, shared by the workload's tasks (a resumed run
+    reads it instead of searching again)."""
+
+    folder, suffix = f"generated/{metaschedule.NAME}/searches", "json"
+
+    def file(self, spec: str) -> Path:
+        digest = hashlib.sha256(spec.encode()).hexdigest()[:10]
+        return self.root / f"{_slug(spec)[:80]}-{digest}.{self.suffix}"
+
+
+def _search(tasks, generated, evaluator, config, workload_of, progress) -> None:
+    """MetaSchedule's attempts at ``tasks``: one search per workload, ``attempts`` trials."""
+    from tqdm.auto import tqdm
+
+    from ..datagen.records import write_atomically
+
+    searches = _Searches(generated.root.parent)
+    first: dict[str, EvalTask] = {}
+    for task in tasks:
+        first.setdefault(task.workload, task)
+    found: dict[str, dict[str, Any]] = {}
+    for spec in tqdm(first, desc="search metaschedule", unit="workload", disable=not progress):
+        path = searches.file(spec)
+        if path.is_file():
+            try:
+                found[spec] = json.loads(path.read_text(encoding="utf-8"))
+                continue
+            except json.JSONDecodeError as exc:
+                raise EvalError(f"{path}: unreadable search ({exc}); delete it to search "
+                                "again") from None
+        found[spec] = metaschedule.search_attempts(
+            workload_of(first[spec]), spec, evaluator.target, evaluator,
+            config.attempts, config.seed, config.search_population)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(str(path), json.dumps(found[spec]) + "\n")
+    for task in tasks:
+        search = found[task.workload]
+        samples = search["samples"]
+        generated.write(metaschedule.NAME, task, {
+            "prompt": None, "search": str(searches.file(task.workload).name),
+            "generation_s": search["seconds"] / max(1, len(samples)), "samples": samples})
+

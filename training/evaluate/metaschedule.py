@@ -1,0 +1,50 @@
+"""MetaSchedule at equal budgets: the search that made the data, as a rival "model".
+
+For each workload, MetaSchedule's evolutionary search (``codegen.search.tune.search``) runs
+with ``trials = per_round = attempts``: every candidate it proposes is measured as a script by
+the evaluation's ``Evaluator`` (its cost model learns from those outcomes), and its trials, in
+the order measured, are its attempts.  ``dragon eval`` then measures them again in each task's
+interleaved batch, beside the references and the models' attempts, so every figure treats the
+search exactly like a model that was given as many measurements.  One search serves the
+construction and the refinement tasks of a workload: MetaSchedule does not refine, it searches
+the workload from scratch whatever the start script.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+__all__ = ["NAME", "describe", "search_attempts"]
+
+NAME = "metaschedule"
+
+
+def describe(population: int) -> str:
+    """What the name stands for, in the manifest and the summary (a rerun must match it)."""
+    from codegen.search.tune import cost_model_name
+
+    return (f"MetaSchedule evolutionary search, {cost_model_name()} cost model, population "
+            f"{population}, trials = attempts")
+
+
+def search_attempts(workload: Any, spec: str, target: Any, evaluator: Any, attempts: int,
+                    seed: int, population: int) -> dict[str, Any]:
+    """One search of ``workload`` with ``attempts`` trials measured by ``evaluator``: its
+    candidates in the order measured (``script`` None: a trace the language cannot write),
+    with what the search's own measurement made of each."""
+    from codegen.search import tune
+
+    config = tune.SearchConfig(trials=attempts, per_round=attempts, seed=seed,
+                               population=population)
+    started = time.perf_counter()
+    samples = []
+    for round_ in tune.search(workload, target, evaluator, config):
+        for script, outcome in zip(round_.scripts, round_.outcomes, strict=True):
+            samples.append({"script": script, "round": round_.index,
+                            "search_status": outcome.status.value,
+                            "search_latency_s": outcome.latency_s if outcome.ok else None})
+    return {"workload": spec, "search": asdict(config),
+            "cost_model": tune.cost_model_name(config.cost_model),
+            "seconds": time.perf_counter() - started, "samples": samples}
