@@ -22,7 +22,7 @@ from .tiny_datagen import TARGET
 
 CONFIG = EvalConfig(split="validation", kinds=("construction",), max_tasks=1, attempts=2,
                     temperature=0.7, top_p=0.9, max_new_tokens=256, seed=5, repeat=2,
-                    min_repeat_ms=1.0)
+                    min_repeat_ms=1.0, metaschedule=False)  # MetaSchedule's rival: test_eval_models
 
 
 class FakeServer:
