@@ -14,7 +14,7 @@ from collections.abc import Callable
 from .outcomes import Status
 from .protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
 
-__all__ = ["apply_database", "model_build_job", "model_run_job"]
+__all__ = ["apply_database", "model_build_job", "model_run_job", "scheduled_functions"]
 
 
 def apply_database(mod, target, database: str):
@@ -26,12 +26,13 @@ def apply_database(mod, target, database: str):
         return relax.transform.MetaScheduleApplyDatabase(database)(mod)
 
 
-def _scheduled(mod) -> int:
+def scheduled_functions(mod) -> list[str]:
+    """The PrimFuncs of ``mod`` a database (or DLight) has scheduled."""
     import tvm
 
-    return sum(1 for f in mod.functions.values()
-               if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None
-               and "tir.is_scheduled" in f.attrs)
+    return [gv.name_hint for gv, f in mod.functions.items()
+            if isinstance(f, tvm.tirx.PrimFunc) and f.attrs is not None
+            and "tirx.is_scheduled" in f.attrs]
 
 
 def model_build_job(job: ModelBuildJob, stage: Callable[[str], None]) -> ModelBuilt | Failed:
@@ -51,7 +52,7 @@ def model_build_job(job: ModelBuildJob, stage: Callable[[str], None]) -> ModelBu
         relax.build(mod, target).export_library(job.out)
     except Exception as exc:  # noqa: BLE001  TVM reports build failures in many classes
         return Failed(Status.BUILD_ERROR, "build", tvm_message(exc))
-    return ModelBuilt(time.perf_counter() - start, _scheduled(mod))
+    return ModelBuilt(time.perf_counter() - start, len(scheduled_functions(mod)))
 
 
 _LOADED: dict[str, tuple] = {}

@@ -15,8 +15,8 @@ from typing import Any
 
 from .model_zoo import MODELS, ModelEntry, Preset
 
-__all__ = ["MODELS", "ModelTask", "extract_tasks", "import_model", "load_module_file",
-           "model_spec", "model_workload", "module_tasks", "parse_model_spec", "prepare_module"]
+__all__ = ["MODELS", "ModelTask", "extract_tasks", "import_model", "model_spec",
+           "model_workload", "module_tasks", "parse_model_spec", "prepare_module"]
 
 # Legalization does not depend on the target, so neither do the tasks (a test checks it);
 # the spec names no target, and this one is used to resolve it.
@@ -186,40 +186,6 @@ def module_tasks(mod, target: Any = "llvm", spec_of=None) -> list[ModelTask]:
     ranked = sorted(found.values(), key=lambda t: (order.get(t[0], len(order)), t[0]))
     return [ModelTask(spec_of(i), task_mod, task_name, weight)
             for i, (task_name, task_mod, weight) in enumerate(ranked)]
-
-
-def load_module_file(path: str):
-    """A Relax IRModule from a file, prepared (``prepare_module``): ``tvm.ir.save_json``
-    output (``.json``) or TVMScript source defining one ``@I.ir_module`` class (``.py``).
-    Raises ValueError naming the file and what is wrong with it.
-
-    >>> load_module_file("bert.json")  # doctest: +SKIP
-    """
-    import tvm
-    from tvm import relax
-
-    from ..targets import tvm_message
-    from .specs import _script_segment
-
-    try:
-        text = open(path, encoding="utf-8").read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read the Relax module {path}: "
-                         f"{getattr(exc, 'strerror', None) or exc}") from None
-    source = text if path.endswith(".json") else _script_segment(text, path)
-    try:
-        mod = tvm.ir.load_json(source) if path.endswith(".json") else \
-            tvm.script.from_source(source)
-    except Exception as exc:  # noqa: BLE001  TVM's parsers raise many kinds
-        kind = "TVM's JSON" if path.endswith(".json") else "TVMScript"
-        raise ValueError(f"{path}: not a Relax module in {kind}: {tvm_message(exc)}") from None
-    if not isinstance(mod, tvm.IRModule) or not any(
-            isinstance(f, relax.Function) for f in mod.functions.values()):
-        raise ValueError(f"{path}: expected an IRModule with a Relax function but got "
-                         f"{type(mod).__name__}")
-    if "main" not in {gv.name_hint for gv in mod.get_global_vars()}:
-        raise ValueError(f"{path}: expected a Relax function named 'main' in the module")
-    return prepare_module(mod)
 
 
 # Importing costs seconds; extracting from the imported module costs milliseconds.

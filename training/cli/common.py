@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dragon_dsl.cli_kit import UsageError, read_source
 
-__all__ = ["load_model", "model_path", "script_to_refine"]
+__all__ = ["load_model", "model_path", "script_to_refine", "table"]
 
 
 def script_to_refine(path: str) -> str:
@@ -57,3 +57,12 @@ def load_model(path: str):
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+def table(rows: list[list[str]]) -> list[str]:
+    """Rows as aligned columns, a rule under the header row."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines

@@ -34,7 +34,7 @@ from dragon_dsl.cli_kit import (
 from ..optimize import OptimizeConfig
 from ..optimize_model import ModelOptimizeConfig
 from ..sampling.config import SamplingConfig
-from .common import load_model, model_path, script_to_refine
+from .common import load_model, model_path, script_to_refine, table
 from .optimize_model import is_whole_model, run_optimize_model
 
 __all__ = ["default_out", "format_report", "register"]
@@ -64,14 +64,6 @@ def _times(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _table(rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return lines
-
-
 def format_report(result, out: str | None) -> str:
     """The rounds, the best script, its speedups and the kernels timed, for people."""
     start = result.start
@@ -94,7 +86,7 @@ def format_report(result, out: str | None) -> str:
         rows.append([str(r.index), prompt, str(r.attempts), str(r.measured), str(r.correct),
                      _time(r.round_best_s), _time(r.best_s),
                      _times(unscheduled / r.best_s if unscheduled and r.best_s else None)])
-    lines += _table(rows)
+    lines += table(rows)
     parts = result.spent
     spent = (f"kernels timed: {result.measurements}{budget} = {parts['baselines']} baseline(s)"
              f"{' + the script to refine' if parts['given'] else ''} + {parts['sampled']} "
@@ -122,7 +114,7 @@ def format_report(result, out: str | None) -> str:
                                    else None),
                      f"{_times(result.speedup(b.name))} faster" if result.speedup(b.name)
                      else (again.summary() if again is not None else "-")])
-    lines += ["  " + ln for ln in _table(rows)]
+    lines += ["  " + ln for ln in table(rows)]
     lines.append(spent)
     if out:
         lines.append(f"written to {out}")

@@ -48,11 +48,11 @@ def load_whole_model(arg: str) -> tuple[str, Any, list]:
     from codegen.workloads.model_zoo import MODELS
     from codegen.workloads.models import (
         import_model,
-        load_module_file,
         model_spec,
         module_tasks,
         parse_model_spec,
     )
+    from codegen.workloads.relax_files import load_module_file
 
     if arg.strip().startswith("model("):
         try:
@@ -93,7 +93,7 @@ def _time(seconds: float | None) -> str:
 
 def format_model_report(result) -> str:
     """The tasks, then the end-to-end rows, for people."""
-    from .optimize import _table
+    from .common import table
 
     budget = f", budget {result.budget}" if result.budget is not None else ""
     lines = [f"{result.model} on {result.target} ({result.device}): {len(result.tasks)} tasks"
@@ -107,7 +107,7 @@ def format_model_report(result) -> str:
                      "-" if speedup is None else f"{speedup:.2f}x",
                      str(t.result.measurements), "yes" if t.in_database else "no",
                      _time(t.metaschedule_best_s)])
-    lines += _table(rows)
+    lines += table(rows)
     lines += ["", f"database: {result.database} ({result.records} of {len(result.tasks)} tasks "
                   "scheduled)", "", "end to end (median of interleaved runs):"]
     spent = {"before": "0", "dragon": str(result.measurements),
@@ -120,7 +120,7 @@ def format_model_report(result) -> str:
         rows.append([names.get(name, name), _time(e.latency_s),
                      "-" if speedup is None else f"{speedup:.2f}x", spent.get(name, "-"),
                      "correct" if e.ok else f"{e.status}: {e.message}"[:120]])
-    lines += ["  " + ln for ln in _table(rows)]
+    lines += ["  " + ln for ln in table(rows)]
     return "\n".join(lines)
 
 
