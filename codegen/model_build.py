@@ -110,7 +110,7 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
 
     from .measure.devices import create
     from .measure.locks import device_lock
-    from .measure.protocol import Failed, ModelBuildJob, ModelRunJob
+    from .measure.protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
     from .measure.verify import compare
     from .measure.worker import JobTimeout, Worker, WorkerError
 
@@ -125,7 +125,7 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
     say = progress or (lambda text: None)
     found: dict[str, EndToEnd] = {}
 
-    def failed(name: str, exc_or_reply, **kw) -> EndToEnd:
+    def failed(name: str, exc_or_reply: Any, **kw: Any) -> EndToEnd:
         if isinstance(exc_or_reply, Failed):
             return EndToEnd(name, exc_or_reply.status.value, exc_or_reply.message, **kw)
         status = "timeout" if isinstance(exc_or_reply, JobTimeout) else "runtime_error"
@@ -139,18 +139,19 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
         with open(module, "w", encoding="utf-8") as f:
             f.write(ir.save_json(mod))
         inputs = os.path.join(tmp, "inputs.npz")
-        np.savez(inputs, **{f"arg{i}": a for i, a in enumerate(model_inputs(mod, seed))})
+        np.savez(inputs, *model_inputs(mod, seed))  # arr_0, arr_1, ...
         built: dict[str, tuple[str, float, int]] = {}
         for i, (name, database) in enumerate(databases.items()):
             say(f"building the model: {name}")
             library = os.path.join(tmp, f"{i}.so")
             try:
+                # A model is many kernels: five kernels' build time, at least.
                 reply = builder.call(ModelBuildJob(module, target_dict(tgt), library, database),
                                      timeout=config.build_timeout_s * 5)
             except WorkerError as exc:
                 found[name] = failed(name, exc)
                 continue
-            if isinstance(reply, Failed):
+            if not isinstance(reply, ModelBuilt):
                 found[name] = failed(name, reply)
                 continue
             built[name] = (library, reply.build_s, reply.scheduled)
@@ -166,11 +167,11 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
                 except WorkerError as exc:
                     found[name] = failed(name, exc, build_s=build_s, scheduled=scheduled)
                     continue
-                if isinstance(reply, Failed):
+                if not isinstance(reply, ModelRan):
                     found[name] = failed(name, reply, build_s=build_s, scheduled=scheduled)
                     continue
                 with np.load(path) as data:
-                    outputs[name] = [data[f"out{j}"] for j in range(len(data.files))]
+                    outputs[name] = [data[f"arr_{j}"] for j in range(len(data.files))]
             checked: dict[str, EndToEnd] = {}
             for name, (_, build_s, scheduled) in built.items():
                 if name not in outputs:
@@ -201,16 +202,16 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
                     job = ModelRunJob(built[name][0], inputs, device.ref, None,
                                       max(1, config.repeat), int(config.min_repeat_ms))
                     try:
-                        reply = runner.call(job, timeout=config.run_timeout_s)
+                        ran: Any = runner.call(job, timeout=config.run_timeout_s)
                     except WorkerError as exc:
-                        reply = exc  # type: ignore[assignment]
-                    if not hasattr(reply, "times"):
+                        ran = exc
+                    if not isinstance(ran, ModelRan):
                         e = checked.pop(name)
-                        found[name] = failed(name, reply, build_s=e.build_s,
+                        found[name] = failed(name, ran, build_s=e.build_s,
                                              scheduled=e.scheduled)
                         del times[name]
                         continue
-                    times[name] += reply.times
+                    times[name] += ran.times
         for name, e in checked.items():
             found[name] = EndToEnd(name, "correct", e.message, statistics.median(times[name]),
                                    times[name], e.build_s, e.scheduled, e.max_abs_error)

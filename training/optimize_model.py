@@ -18,8 +18,9 @@ and the model measured end to end against MetaSchedule at the same number of mea
 6. **End to end.** ``codegen.model_build.measure_models``: the default build ("before"), ours
    ("dragon") and MetaSchedule's, checked against "before" and timed in interleaved rounds.
 
->>> result = optimize_model(model, tokenizer, "model(name=bert,preset=tiny)", mod, tasks,
-...                         "llvm", database="bert.database")          # doctest: +SKIP
+>>> with Evaluator("llvm", cache=False) as ev:                         # doctest: +SKIP
+...     result = optimize_model(model, tokenizer, "bert-tiny", mod, tasks,
+...                             database="bert.database", evaluator=ev)
 >>> result.end_to_end["dragon"].latency_s                              # doctest: +SKIP
 """
 
@@ -178,22 +179,23 @@ def _metaschedule(task, target, evaluator, trials: int, population: int,
     from codegen.search.tune import SearchConfig, search
 
     config = SearchConfig(trials=trials, per_round=min(16, trials), population=population)
-    latencies = [o.latency_s for r in search(task.workload, target, evaluator, config,
-                                             work_dir=work_dir)
-                 for o in r.outcomes if o.ok]
+    latencies = [float(o.latency_s) for r in search(task.workload, target, evaluator, config,
+                                                    work_dir=work_dir)
+                 for o in r.outcomes if o.ok and o.latency_s is not None]
     return min(latencies) if latencies else None
 
 
-def optimize_model(model, tokenizer, label: str, mod, tasks: list, target: Any, *,
+def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
                    database: str, evaluator: Any, config: OptimizeConfig | None = None,
                    model_config: ModelOptimizeConfig | None = None,
                    sampling: SamplingConfig | None = None, measure: Any = None,
                    progress: bool = False, say=None, loader=None) -> ModelResult:
-    """Optimize every task of ``mod`` (``tasks``: ``codegen.workloads.models.ModelTask``s) and
-    measure the model end to end (see the module's docstring).  ``config.budget`` is the
-    budget of the whole model.  ``model`` and ``tokenizer`` may be None with ``loader``, a
-    function that returns both, called once the starts are measured (loading a model takes
-    seconds a usage error should not wait for).  ``say(text)`` hears each step."""
+    """Optimize every task of ``mod`` (``tasks``: ``codegen.workloads.models.ModelTask``s) on
+    ``evaluator``'s target and measure the model end to end (see the module's docstring).
+    ``config.budget`` is the budget of the whole model.  ``model`` and ``tokenizer`` may be
+    None with ``loader``, a function that returns both, called once the starts are measured
+    (loading a model takes seconds a usage error should not wait for).  ``say(text)`` hears
+    each step."""
     from codegen.model_build import measure_models
     from codegen.search.database import DatabaseRecord
 
@@ -231,9 +233,9 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, target: Any, 
     for i, (task, r) in enumerate(zip(tasks, results, strict=True)):
         faster = (r.result.speedup("unscheduled") or 0) > 1
         if r.result.ok and r.result.best is not None and (faster or not model_config.only_faster):
+            again = r.result.final["best"]
             records.append(DatabaseRecord(task.workload, r.result.best.script,
-                                          list(r.result.final["best"].repeats)
-                                          or [r.result.latency_s]))
+                                          list(again.repeats) or [float(again.latency_s)]))
             results[i] = replace(r, in_database=True)
     say(f"writing {len(records)} schedules to {database}")
     _write(database, records, target)

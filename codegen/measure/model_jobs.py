@@ -90,7 +90,7 @@ def model_run_job(job: ModelRunJob, stage: Callable[[str], None]) -> ModelRan | 
     except Exception as exc:  # noqa: BLE001  a corrupt or unloadable library
         return Failed(Status.RUNTIME_ERROR, "load", f"cannot load the model: {tvm_message(exc)}")
     with np.load(job.inputs) as data:
-        inputs = [tvm.runtime.tensor(data[f"arg{i}"], dev) for i in range(len(data.files))]
+        inputs = [tvm.runtime.tensor(data[f"arr_{i}"], dev) for i in range(len(data.files))]
     stage("run")
     try:
         outputs = _flatten(vm["main"](*inputs))
@@ -98,7 +98,7 @@ def model_run_job(job: ModelRunJob, stage: Callable[[str], None]) -> ModelRan | 
     except Exception as exc:  # noqa: BLE001  a model that faults reports through TVM
         return Failed(Status.RUNTIME_ERROR, "run", tvm_message(exc))
     if job.outputs is not None:
-        np.savez(job.outputs, **{f"out{i}": o for i, o in enumerate(outputs)})
+        np.savez(job.outputs, *outputs)  # arr_0, arr_1, ...
     if not job.repeat:
         return ModelRan([])
     stage("time")

@@ -154,7 +154,7 @@ def run_optimize_model(args, target, config, sampling, measure, path: str) -> in
     with Evaluator(target, config=measure, cache=False, builders=args.builders) as ev, \
             contextlib.redirect_stdout(sys.stderr):
         try:
-            result = optimize_model(None, None, label, mod, tasks, target, database=database,
+            result = optimize_model(None, None, label, mod, tasks, database=database,
                                     evaluator=ev, config=config, model_config=model_config,
                                     sampling=sampling, measure=measure,
                                     progress=not args.quiet, say=say,
