@@ -119,7 +119,8 @@ def format_model_report(result) -> str:
         speedup = result.speedup(name)
         rows.append([names.get(name, name), _time(e.latency_s),
                      "-" if speedup is None else f"{speedup:.2f}x", spent.get(name, "-"),
-                     "correct" if e.ok else f"{e.status}: {e.message}"[:120]])
+                     "correct" if e.ok else
+                     f"{e.status}: {(e.message.splitlines() or [''])[0]}"[:120]])
     lines += ["  " + ln for ln in table(rows)]
     return "\n".join(lines)
 
