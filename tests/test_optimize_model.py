@@ -2,7 +2,7 @@
 codegen.search.database): the budget split, the MetaSchedule database written from
 MetaSchedule-derived scripts of bert tiny's tasks and picked up by TVM's
 ``MetaScheduleApplyDatabase`` + ``relax.build`` with outputs equal to the default build's,
-hostile inputs refused with exit code 2, and (slow) the whole command on a Relax module file
+hostile inputs refused with exit code 2, and the whole command on a Relax module file
 with the built-in model: database, budget split and three measured end-to-end rows."""
 
 from __future__ import annotations
@@ -149,7 +149,6 @@ def test_module_files_load_as_prepared_relax_modules(tmp_path):
 
 # -- the whole command -------------------------------------------------------------------------
 
-@pytest.mark.slow
 def test_optimize_a_module_file_end_to_end(tmp_path, capsys):
     from tvm.s_tir import meta_schedule as ms
 
