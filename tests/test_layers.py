@@ -18,12 +18,13 @@ PACKAGES = ("dragon_dsl", "codegen", "training")
 # are their own layer.
 LAYERS = {
     "codegen": ["codegen.targets", "codegen.workloads", "codegen.apply", "codegen.measure",
-                "codegen.search", "codegen.bench", "codegen.cli"],
+                "codegen.search", "codegen.bench", "codegen.model_build", "codegen.cli"],
     "training": ["training.kernel_text", "training.prompts", "training.layout",
                  "training.constraints", "training.gbnf", "training.statement_grammar",
                  "training.tokenizer",
                  "training.default_model", "training.sampling",
-                 "training.propose", "training.reward", "training.optimize", "training.datagen",
+                 "training.propose", "training.reward", "training.optimize",
+                 "training.optimize_model", "training.datagen",
                  "training.train",
                  "training.evaluate", "training.demo",
                  "training.cli"],

@@ -30,7 +30,8 @@ from .propose import ProposeError
 from .sampling.config import SamplingConfig
 
 __all__ = ["BASELINES", "Baseline", "Candidate", "OptimizeConfig", "OptimizeError",
-           "OptimizeResult", "RefineError", "Round", "Start", "measure_start", "optimize"]
+           "OptimizeResult", "RefineError", "Round", "Start", "available", "make_baselines",
+           "measure_start", "optimize", "start_cost"]
 
 # The yardsticks, named as `dragon bench` names them: the kernel as written, and DLight.
 BASELINES = ("unscheduled", "default")
@@ -220,20 +221,43 @@ def _reserve(start: Start) -> int:
     return 1 + len(start.modules)
 
 
+def start_cost(available: int, refine: bool = False) -> int:
+    """The fewest measurements an ``optimize`` call can spend: the ``available`` baselines
+    (and the script to refine) timed first, one sampled script, and the best re-timed beside
+    the baselines at the end."""
+    return available + refine + 1 + 1 + available
+
+
+def make_baselines(workload: Any, target: Any) -> dict[str, Any]:
+    """The baselines' scheduled modules, or why each is unavailable, before any measuring."""
+    from codegen.search.baselines import baselines
+
+    return baselines(workload, target, names=BASELINES)
+
+
+def available(made: dict[str, Any]) -> int:
+    """How many of ``make_baselines``' baselines exist for the workload."""
+    from codegen.search.baselines import BaselineUnavailable
+
+    return sum(not isinstance(m, BaselineUnavailable) for m in made.values())
+
+
 def measure_start(workload: Any, evaluator: Any, *, refine: str | None = None,
-                  config: OptimizeConfig | None = None) -> Start:
-    """The baselines and the script to refine (when given), measured by ``evaluator``.
+                  config: OptimizeConfig | None = None,
+                  made: dict[str, Any] | None = None) -> Start:
+    """The baselines and the script to refine (when given), measured by ``evaluator``;
+    ``made`` is ``make_baselines``' result when the caller has it.
 
     Raises OptimizeError, before measuring anything, when ``config.budget`` leaves no
     measurement for a sampled script, and RefineError when ``refine`` is not correct on the
     workload."""
-    from codegen.search.baselines import BaselineUnavailable, baselines
+    from codegen.search.baselines import BaselineUnavailable
 
-    made = baselines(workload, evaluator.target, names=BASELINES)
+    made = made if made is not None else make_baselines(workload, evaluator.target)
     modules = {n: m for n, m in made.items() if not isinstance(m, BaselineUnavailable)}
     config = config or OptimizeConfig()
     before = len(modules) + (refine is not None)
-    needed = before + 1 + 1 + len(modules)
+    needed = start_cost(len(modules), refine is not None)
     if config.budget is not None and config.budget < needed:
         raise OptimizeError(
             f"Expected budget >= {needed} but got budget={config.budget}: the baselines take "
@@ -258,7 +282,7 @@ def measure_start(workload: Any, evaluator: Any, *, refine: str | None = None,
 def optimize(model, tokenizer, workload: Any, target: Any = "llvm", *,
              config: OptimizeConfig | None = None, sampling: SamplingConfig | None = None,
              refine: str | None = None, evaluator: Any = None, start: Start | None = None,
-             progress: bool = False) -> OptimizeResult:
+             progress: bool = False, label: str = "") -> OptimizeResult:
     """Sample, measure and refine scripts for ``workload`` (see the module's docstring).
 
     ``sampling`` says how to sample (its ``n`` is replaced by ``config.k``; round r uses seed
@@ -266,6 +290,7 @@ def optimize(model, tokenizer, workload: Any, target: Any = "llvm", *,
     cache: a cached outcome is from another session) measures everything; without one, an
     uncached one for ``target`` is made and closed.  ``start`` is ``measure_start``'s result
     when the caller measured it already (``dragon optimize`` does, before loading the model).
+    ``label`` names the progress bar (a model's task, for one bar per task).
     """
     from codegen.measure import Evaluator
 
@@ -286,7 +311,7 @@ def optimize(model, tokenizer, workload: Any, target: Any = "llvm", *,
             timer = Evaluator(evaluator.target, cache=False, builders=1,
                               config=evaluator.config, device=evaluator.runtime)
         search = _Search(model, tokenizer, workload, target, config, sampling, evaluator, start)
-        search.run(progress)
+        search.run(progress, label)
         final = search.retime(timer or evaluator)
         return OptimizeResult(
             str(getattr(workload, "spec", workload)), evaluator.target.kind.name,
@@ -334,13 +359,13 @@ class _Search:
                                                 best.outcome.latency_s),
                 best.outcome.latency_s)
 
-    def run(self, progress: bool) -> None:
+    def run(self, progress: bool, label: str = "") -> None:
         from tqdm.auto import tqdm
 
         from .sampling.schedule_aware import sample_schedule_aware
 
         total = self.config.k * (self.config.rounds + 1)
-        with tqdm(total=total, unit="script", desc="optimize", disable=not progress,
+        with tqdm(total=total, unit="script", desc=label or "optimize", disable=not progress,
                   dynamic_ncols=True) as bar:
             for index in range(self.config.rounds + 1):
                 left = self._left()
@@ -349,13 +374,13 @@ class _Search:
                     break
                 kind, prompt, prompt_latency = self._prompt()
                 n = int(min(self.config.k, left))
-                bar.set_description(f"round {index}: sampling {n}")
+                bar.set_description(f"{label}round {index}: sampling {n}")
                 config = replace(self.sampling, n=n, seed=self.sampling.seed + index)
                 samples = sample_schedule_aware(self.model, self.tokenizer, prompt,
                                                 self.workload, self.target, config)
                 texts = [_canonical(s.text) for s in samples]
                 new = [t for t in dict.fromkeys(texts) if t not in self.seen]
-                bar.set_description(f"round {index}: measuring {len(new)}")
+                bar.set_description(f"{label}round {index}: measuring {len(new)}")
                 outcomes = self.evaluator.evaluate(self.workload, new) if new else []
                 for text, outcome in zip(new, outcomes, strict=True):
                     self.seen[text] = Candidate(text, outcome, index)
@@ -370,7 +395,7 @@ class _Search:
                 bar.update(len(samples))
                 if best is not None:
                     bar.set_postfix_str(f"best {best.outcome.latency_s * 1e6:.1f} us")
-            bar.set_description("optimize")
+            bar.set_description(label or "optimize")
 
     def retime(self, timer) -> dict[str, Any]:
         """The best script and the baselines timed again, together; {} when nothing is

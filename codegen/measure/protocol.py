@@ -2,8 +2,9 @@
 
 Every message is a frozen dataclass; on the pipe it is JSON with a ``"type"`` field naming the
 class.  Requests say what to do (``ApplyJob``, ``BuildJob``, ``ReferenceJob``, ``RunJob``,
-``DescribeJob``, ``PingJob``); replies say what happened (``Applied``, ``Built``, ``Ready``,
-``DeviceInfo``, ``Pong``, and for a candidate that ran, an ``Outcome``).  A candidate that
+``DescribeJob``, ``PingJob``, and for whole models ``ModelBuildJob`` and ``ModelRunJob``);
+replies say what happened (``Applied``, ``Built``, ``Ready``, ``DeviceInfo``, ``Pong``,
+``ModelBuilt``, ``ModelRan``, and for a candidate that ran, an ``Outcome``).  A candidate that
 fails (it does not parse, apply or build) is data, ``Failed`` with its ``Status``, not an
 exception, as in MetaSchedule's ``RunnerResult``.  While a job runs the worker sends
 ``Progress`` before each stage, so a crash is attributed to the stage it happened in.
@@ -25,8 +26,9 @@ from .config import MeasureConfig
 from .outcomes import Outcome, Status
 
 __all__ = ["Applied", "ApplyJob", "Built", "BuildJob", "DescribeJob", "DeviceInfo", "DeviceRef",
-           "Error", "Failed", "Message", "PingJob", "Pong", "Progress", "Ready", "ReferenceJob",
-           "RunJob", "WorkloadData", "decode", "encode"]
+           "Error", "Failed", "Message", "ModelBuildJob", "ModelBuilt", "ModelRan", "ModelRunJob",
+           "PingJob", "Pong", "Progress", "Ready", "ReferenceJob", "RunJob", "WorkloadData",
+           "decode", "encode"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,31 @@ class RunJob:
 
 
 @dataclass(frozen=True)
+class ModelBuildJob:
+    """Build a whole Relax model (TVM JSON in the file ``module``) into the shared library
+    ``out``, with the MetaSchedule database directory ``database`` applied when given."""
+
+    module: str
+    target: dict[str, Any]
+    out: str
+    database: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelRunJob:
+    """Run a built model's ``main`` on the arrays of ``inputs`` (an ``.npz`` file): once,
+    writing its outputs to ``outputs`` when given, then ``repeat`` timed runs of at least
+    ``min_repeat_ms`` each."""
+
+    library: str
+    inputs: str
+    device: DeviceRef
+    outputs: str | None = None
+    repeat: int = 0
+    min_repeat_ms: int = 0
+
+
+@dataclass(frozen=True)
 class DescribeJob:
     device: DeviceRef
 
@@ -120,6 +147,17 @@ class Built:
 class Ready:
     params: int
     outputs: int
+
+
+@dataclass(frozen=True)
+class ModelBuilt:
+    build_s: float
+    scheduled: int      # PrimFuncs the database gave a schedule
+
+
+@dataclass(frozen=True)
+class ModelRan:
+    times: list[float]  # seconds per timed run; empty when none was asked
 
 
 @dataclass(frozen=True)
@@ -157,7 +195,8 @@ class Error:
 
 
 Message = typing.Union[ApplyJob, BuildJob, ReferenceJob, RunJob, DescribeJob, PingJob,  # noqa: UP007
-                       Applied, Built, Ready, DeviceInfo, Pong, Failed, Progress, Error, Outcome]
+                       ModelBuildJob, ModelRunJob, Applied, Built, Ready, DeviceInfo, Pong,
+                       ModelBuilt, ModelRan, Failed, Progress, Error, Outcome]
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in typing.get_args(Message)}
 
 

@@ -64,7 +64,8 @@ class JobFailed(WorkerError):
 
 # The stage a job starts in, before the worker reports its first Progress.
 _JOB_STAGES = {"ApplyJob": "apply", "BuildJob": "build", "ReferenceJob": "reference",
-               "RunJob": "run", "DescribeJob": "device", "PingJob": "ping"}
+               "RunJob": "run", "DescribeJob": "device", "PingJob": "ping",
+               "ModelBuildJob": "build", "ModelRunJob": "run"}
 
 
 class Worker:

@@ -6,7 +6,8 @@ Jobs and replies are the typed messages of ``codegen.measure.protocol``:
 - ``ReferenceJob``: compute and keep the unscheduled kernel's outputs on the seeded inputs;
 - ``RunJob``: load an artifact on the Device, verify it against the reference, time it; an
   ``Outcome``;
-- ``DescribeJob``: the Device's ``DeviceInfo``; ``PingJob``; ``b"exit"`` ends the worker.
+- ``DescribeJob``: the Device's ``DeviceInfo``; ``PingJob``; ``b"exit"`` ends the worker;
+- ``ModelBuildJob``, ``ModelRunJob``: a whole Relax model built and run (``model_jobs``).
 A candidate that does not parse, apply or build answers ``Failed``.  Before each stage the
 worker sends ``Progress``, so the parent can attribute a crash.
 """
@@ -32,6 +33,8 @@ from .protocol import (
     Error,
     Failed,
     Message,
+    ModelBuildJob,
+    ModelRunJob,
     PingJob,
     Pong,
     Progress,
@@ -233,8 +236,15 @@ def describe_job(job: DescribeJob) -> DeviceInfo:
     return from_ref(job.device).describe()
 
 
+def _model_job(job):
+    from .model_jobs import model_build_job, model_run_job
+
+    return (model_build_job if isinstance(job, ModelBuildJob) else model_run_job)(job, _stage)
+
+
 JOBS = {ApplyJob: apply_job, BuildJob: build_job, ReferenceJob: reference_job, RunJob: run_job,
-        DescribeJob: describe_job, PingJob: lambda job: Pong(os.getpid())}
+        DescribeJob: describe_job, PingJob: lambda job: Pong(os.getpid()),
+        ModelBuildJob: _model_job, ModelRunJob: _model_job}
 
 
 def serve(reader: Connection, writer: Connection) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from .model_zoo import MODELS, ModelEntry, Preset
 
 __all__ = ["MODELS", "ModelTask", "extract_tasks", "import_model", "model_spec",
-           "model_workload", "parse_model_spec"]
+           "model_workload", "module_tasks", "parse_model_spec", "prepare_module"]
 
 # Legalization does not depend on the target, so neither do the tasks (a test checks it);
 # the spec names no target, and this one is used to resolve it.
@@ -69,8 +69,6 @@ def import_model(name: str, preset: str = "tiny", batch: int = 1, seq: int | Non
     True
     """
     import torch
-    import tvm
-    from tvm import relax
     from tvm.relax.frontend.torch import from_exported_program
 
     entry, chosen = _lookup(name, preset)
@@ -81,7 +79,16 @@ def import_model(name: str, preset: str = "tiny", batch: int = 1, seq: int | Non
     with torch.no_grad():
         program = torch.export.export(module, inputs)
     mod = from_exported_program(program, custom_convert_map={"cumsum.default": _cumsum})
-    # What relax.pipeline.static_shape_tuning_pipeline runs before tuning.
+    return prepare_module(mod)
+
+
+def prepare_module(mod):
+    """A Relax module legalized and fused, as MetaSchedule tunes it: what
+    ``relax.pipeline.static_shape_tuning_pipeline`` runs before tuning.  A module prepared
+    already passes through unchanged."""
+    import tvm
+    from tvm import relax
+
     return tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
@@ -115,8 +122,9 @@ def model_spec(name: str, preset: str, task: int, batch: int = 1, seq: int | Non
     return f"model(name={name},preset={preset},task={task}{extra})"
 
 
-def parse_model_spec(spec: str) -> dict[str, Any]:
-    """The keyword arguments of a model spec.
+def parse_model_spec(spec: str, task: bool = True) -> dict[str, Any]:
+    """The keyword arguments of a model spec; ``task=False``: of a whole model, without
+    ``task=`` (``model(name=bert,preset=tiny)``), name and preset checked.
 
     >>> parse_model_spec("model(name=gpt2,preset=base,task=0,seq=64)")
     {'name': 'gpt2', 'preset': 'base', 'task': 0, 'seq': 64}
@@ -132,9 +140,17 @@ def parse_model_spec(spec: str) -> dict[str, Any]:
             raise ValueError(f"Expected key=value with a key in {list(_SPEC_KEYS)} "
                              f"but got {part!r} in {spec!r}")
         kwargs[key] = int(value) if re.fullmatch(r"-?\d+", value) else value
-    missing = [k for k in ("name", "preset", "task") if k not in kwargs]
+    required = ("name", "preset", "task") if task else ("name", "preset")
+    missing = [k for k in required if k not in kwargs]
     if missing:
         raise ValueError(f"Expected keys {missing} in model spec {spec!r}")
+    if not task:
+        if "task" in kwargs:
+            raise ValueError(f"Expected a whole model, without task=, but got {spec!r}")
+        _lookup(str(kwargs["name"]), str(kwargs["preset"]))
+        for key in ("batch", "seq"):
+            if key in kwargs:
+                _check_size(key, kwargs[key])
     return kwargs
 
 
@@ -145,13 +161,21 @@ def extract_tasks(name: str, preset: str = "tiny", target: Any = "llvm", batch: 
     >>> [t.spec for t in extract_tasks("resnet")][:1]  # doctest: +SKIP
     ['model(name=resnet,preset=tiny,task=0)']
     """
+    seq = _lookup(name, preset)[1].seq if seq is None else seq
+    return module_tasks(_imported(name, preset, batch, seq), target,
+                        lambda i: model_spec(name, preset, i, batch, seq))
+
+
+def module_tasks(mod, target: Any = "llvm", spec_of=None) -> list[ModelTask]:
+    """The distinct tasks of a prepared Relax module (``prepare_module``), deduplicated by
+    structural hash, in the order ``main`` first calls them; ``spec_of(i)`` names task ``i``
+    (by default ``module(task=i)``)."""
     import tvm_ffi
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract
 
     from ..targets import as_target
 
-    seq = _lookup(name, preset)[1].seq if seq is None else seq
-    mod = _imported(name, preset, batch, seq)
+    spec_of = spec_of or (lambda i: f"module(task={i})")
     order = _call_order(mod)
     found: dict[int, tuple[str, Any, int]] = {}
     for task in ms_extract(mod, as_target(target)):
@@ -160,10 +184,8 @@ def extract_tasks(name: str, preset: str = "tiny", target: Any = "llvm", batch: 
         first, _, weight = found.get(key, (task.task_name, task_mod, 0))
         found[key] = (first, task_mod, weight + int(task.weight))
     ranked = sorted(found.values(), key=lambda t: (order.get(t[0], len(order)), t[0]))
-    return [
-        ModelTask(model_spec(name, preset, i, batch, seq), task_mod, task_name, weight)
-        for i, (task_name, task_mod, weight) in enumerate(ranked)
-    ]
+    return [ModelTask(spec_of(i), task_mod, task_name, weight)
+            for i, (task_name, task_mod, weight) in enumerate(ranked)]
 
 
 # Importing costs seconds; extracting from the imported module costs milliseconds.

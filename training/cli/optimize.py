@@ -35,8 +35,10 @@ from dragon_dsl.cli_kit import (
 )
 
 from ..optimize import OptimizeConfig
+from ..optimize_model import ModelOptimizeConfig
 from ..sampling.config import SamplingConfig
 from .common import load_model, model_path, script_to_refine
+from .optimize_model import is_whole_model, run_optimize_model
 
 __all__ = ["default_out", "format_report", "register"]
 
@@ -128,7 +130,8 @@ def cmd_optimize(args) -> int:
     from ..optimize import OptimizeError, RefineError, measure_start, optimize
 
     path = model_path(args.model)
-    wl = cli_workload(args.workload)
+    whole = is_whole_model(args.workload)
+    wl = None if whole else cli_workload(args.workload)
     try:
         target = as_target(args.target)
         create(target)  # a target this machine cannot measure on (num-cores it lacks)
@@ -142,6 +145,11 @@ def cmd_optimize(args) -> int:
         raise UsageError(str(exc)) from None
     if args.builders is not None and args.builders < 1:
         raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
+    if whole:
+        return run_optimize_model(args, target, config, sampling, measure, path)
+    if args.database is not None:
+        raise UsageError("--database: only a whole model (model(...) without task=, or a "
+                         "Relax module file) writes a database")
     old = script_to_refine(args.refine) if args.refine else None
     out = args.out or default_out(wl)
     if Path(out).is_dir() or not Path(out).resolve().parent.is_dir():
@@ -187,7 +195,14 @@ def register(subparsers) -> None:
                    "--rounds 3",
                    "dragon optimize 'matmul(m=512,n=512,k=512)' --model runs/rl-tiny "
                    "--refine old.dragon --budget 40 --out best.dragon --json"))
-    p.add_argument("workload", metavar="WORKLOAD", help="a workload spec or TVMScript file")
+    p.add_argument("workload", metavar="WORKLOAD", help="a workload spec or TVMScript file; "
+                   "or a whole model: a model spec without task= "
+                   "(model(name=bert,preset=tiny)) or a Relax IRModule file (.json from "
+                   "tvm.ir.save_json, or .py TVMScript with an @R.function), whose every task "
+                   "is optimized, with --budget split over the tasks: each gets its fixed "
+                   "cost (baselines, one sampled script, the final re-timing) and the rest "
+                   "goes in proportion to weight x unscheduled latency, its share of the "
+                   "model's time")
     p.add_argument("--model", help="a local model directory or a `dragon sft`/`dragon rl` run "
                    "directory (its final/); default: the built-in demonstration model "
                    "(training/models/dragon-tiny)")
@@ -197,7 +212,12 @@ def register(subparsers) -> None:
     p.add_argument("--refine", metavar="SCRIPT", help="start from this script: round 0 "
                    "refines it (it is measured first and must be correct); - reads stdin")
     p.add_argument("--out", metavar="FILE", help="where to write the best script (default: "
-                   "FAMILY-IDENTITY.dragon in the current directory)")
+                   "FAMILY-IDENTITY.dragon in the current directory); for a whole model, the "
+                   "JSON result (default: NAME-PRESET.optimize.json)")
+    p.add_argument("--database", metavar="DIR", help="a whole model: the MetaSchedule JSON "
+                   "database to write (default: --out without .json, plus .database); "
+                   "MetaSchedule's own at equal measurements goes to DIR.metaschedule")
+    add_config_arguments(p, ModelOptimizeConfig)
     add_config_arguments(p, SamplingConfig, only=_SAMPLING)
     add_config_arguments(p, MeasureConfig, only=_MEASURE,
                          aliases={"run_timeout_s": ("--timeout",)})
