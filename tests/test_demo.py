@@ -5,18 +5,20 @@ beside the baselines.  Uses the built-in model, on a small kernel so that it fit
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from dragon_dsl.cli import main
 
 SPEC = "softmax(m=32,n=64)"       # DLight has a CPU rule for it: both baselines exist
+MLP = Path(__file__).parent / "data" / "relax_mlp.py"
 
 
 @pytest.mark.slow
-def test_the_demo_gives_metaschedule_the_models_budget(capsys):
-    code = main(["demo", "--kernel", SPEC, "--network", "", "-k", "2", "--rounds", "0",
-                 "--json", "-q"])
+def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
+    code = main(["demo", "--kernel", SPEC, "--network", str(MLP), "-k", "2", "--rounds", "0",
+                 "--network-k", "1", "--out", str(tmp_path), "--json", "-q"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     kernel = out["kernel"]
@@ -29,6 +31,11 @@ def test_the_demo_gives_metaschedule_the_models_budget(capsys):
         assert kernel["latency_s"][name] == pytest.approx(outcome["latency_s"])
     # the figures are the end-of-run re-timing, not the search's first timings
     assert kernel["latency_s"]["dragon"] != kernel["optimize"]["best"]["outcome"]["latency_s"]
+    network = out["network"]
+    assert network["database"].startswith(str(tmp_path))
+    assert set(network["end_to_end"]) == {"before", "dragon", "metaschedule"}
+    for task in network["tasks"]:  # MetaSchedule searched as many kernels as we timed
+        assert task["metaschedule_trials"] == task["measurements"]
 
 
 @pytest.mark.parametrize("argv,says", [
@@ -36,6 +43,9 @@ def test_the_demo_gives_metaschedule_the_models_budget(capsys):
     (["demo", "--kernel", "", "--network", ""], "neither"),
     (["demo", "-k", "0"], "k >= 1"),
     (["demo", "--model", "/no/such/model"], "/no/such/model"),
+    (["demo", "--network", "model(name=bert,preset=tiny,task=0)"], "without task="),
+    (["demo", "--network", "model(name=nosuch,preset=tiny)"], "nosuch"),
+    (["demo", "--kernel", "", "--out", "/no/such/dir"], "/no/such/dir"),
 ])
 def test_bad_usage_is_refused_before_any_work(capsys, argv, says):
     code = main(argv)

@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DEMO_KERNEL", "DEMO_MODEL", "DemoConfig", "KernelShowdown", "compare_kernel"]
+__all__ = ["DEMO_KERNEL", "DEMO_MODEL", "DemoConfig", "KernelShowdown", "compare_kernel",
+           "compare_network"]
 
 DEMO_KERNEL = "dense(m=128,n=3072,k=768,bias=1,act=gelu)"
 DEMO_MODEL = "model(name=bert,preset=tiny)"
@@ -40,12 +41,14 @@ class DemoConfig:
     k: int = field(default=4, metadata={"help": "Scripts sampled per round."})
     rounds: int = field(default=1, metadata={
         "help": "Refinement rounds after the first (the model refines its best script)."})
+    network_k: int = field(default=2, metadata={
+        "help": "Scripts sampled per task of the network (one round: no refinement)."})
     seed: int = field(default=0, metadata={"help": "Seed of sampling and of MetaSchedule."})
 
     def __post_init__(self) -> None:
-        if self.k < 1 or self.rounds < 0:
-            raise ValueError(f"Expected k >= 1 and rounds >= 0 but got k={self.k}, "
-                             f"rounds={self.rounds}")
+        if self.k < 1 or self.rounds < 0 or self.network_k < 1:
+            raise ValueError(f"Expected k >= 1, network_k >= 1 and rounds >= 0 but got "
+                             f"k={self.k}, network_k={self.network_k}, rounds={self.rounds}")
         if not (self.kernel or self.network):
             raise ValueError("Expected a kernel, a network or both but got neither")
 
@@ -108,3 +111,17 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
         final.update(evaluator.evaluate_modules(workload, result.start.modules))
     return KernelShowdown(str(getattr(workload, "spec", workload)), result, trials, ms_script,
                           final)
+
+
+def compare_network(model, tokenizer, label: str, mod, tasks: list, evaluator: Any, database: str,
+                    *, k: int = 2, seed: int = 0, progress: bool = False, say=None):
+    """``training.optimize_model.optimize_model`` with ``k`` samples per task and no refinement:
+    every task, the database at ``database``, MetaSchedule given as many measurements per task,
+    and the three builds of the model timed end to end (``ModelResult``)."""
+    from .optimize import OptimizeConfig
+    from .optimize_model import optimize_model
+    from .sampling.config import SamplingConfig
+
+    return optimize_model(model, tokenizer, label, mod, tasks, database=database,
+                          evaluator=evaluator, config=OptimizeConfig(k=k, rounds=0),
+                          sampling=SamplingConfig(n=k, seed=seed), progress=progress, say=say)

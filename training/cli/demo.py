@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 
@@ -52,12 +53,29 @@ def kernel_row(showdown) -> list[str]:
             format_ratio(showdown.speedup("dragon", "metaschedule"))]
 
 
+def network_row(result) -> list[str]:
+    before = result.end_to_end.get("before")
+    latency = {n: (e.latency_s if e.ok else None) for n, e in result.end_to_end.items()}
+    dragon, ms = latency.get("dragon"), latency.get("metaschedule")
+    return [f"{result.model}, {len(result.tasks)} tasks (end to end)",
+            f"{result.measurements} / {result.metaschedule_measurements}",
+            format_latency(before.latency_s if before is not None and before.ok else None), "-",
+            format_latency(ms), format_latency(dragon), format_ratio(result.speedup("dragon")),
+            format_ratio(ms / dragon if ms and dragon else None)]
+
+
 def format_headline(rows: list[list[str]], model_name: str, device: str, seconds: float) -> str:
     """The headline table: one row per part of the demo."""
-    lines = [f"Little Dragon demo: {model_name} on {device}, {seconds / 60:.1f} min",
-             "MetaSchedule got as many measured candidates as the model (`measured`); every "
-             "latency is a median re-timed together at the end of its part.", ""]
-    return "\n".join(lines + text_table([HEADER, *rows]))
+    lines = [f"Little Dragon demo: {model_name} on {device}, {seconds / 60:.1f} min", "",
+             *text_table([HEADER, *rows]), "",
+             "measured: kernels the model's search timed / MetaSchedule's search got.  Every "
+             "latency is a median of its part's final, interleaved timing; a network's "
+             "'unscheduled' is its default build (relax.build without a database)."]
+    return "\n".join(lines)
+
+
+def say(text: str) -> None:
+    print(f"   {text}", flush=True)
 
 
 def cmd_demo(args) -> int:
@@ -75,6 +93,15 @@ def cmd_demo(args) -> int:
         from codegen.cli.workloads import cli_workload
 
         wl = cli_workload(config.kernel)
+    if config.network:
+        from .optimize_model import is_whole_model, load_whole_model
+
+        if not is_whole_model(config.network):
+            raise UsageError(f"--network {config.network}: expected a model spec without task= "
+                             "(model(name=bert,preset=tiny)) or a Relax module file")
+        label, mod, tasks = load_whole_model(config.network)
+    if args.out and not os.path.isdir(args.out):
+        raise UsageError(f"--out {args.out}: not a directory")
     path = model_path(args.model)
     started = time.perf_counter()
     target = as_target("llvm")
@@ -87,15 +114,33 @@ def cmd_demo(args) -> int:
                                       seed=config.seed, progress=not args.quiet)
             rows.append(kernel_row(showdown))
             parts["kernel"] = showdown.as_dict()
+        if config.network:
+            import tempfile
+
+            from ..demo import compare_network
+
+            print(f"== 2. a network: {config.network}", flush=True)
+            out = args.out or tempfile.mkdtemp(prefix="dragon-demo-")
+            result = compare_network(model, tokenizer, label, mod, tasks, ev,
+                                     os.path.join(out, f"{label}.database"), k=config.network_k,
+                                     seed=config.seed, progress=not args.quiet,
+                                     say=None if args.quiet else say)
+            rows.append(network_row(result))
+            parts["network"] = {**result.as_dict(), "ok": result.records > 0 and all(
+                e.ok for e in result.end_to_end.values())}
         device = ev.device
     seconds = time.perf_counter() - started
-    name = "the built-in model" if args.model is None else path
+    name = "dragon-tiny (the built-in model)" if args.model is None else path
     if args.json:
         print(json.dumps({"model": path, "device": device, "seconds": seconds, **parts},
                          indent=2))
     else:
         print(format_headline(rows, name, device, seconds))
-    ok = all(p.get("optimize", {}).get("ok", True) for p in parts.values())
+        if "network" in parts:
+            print(f"the network's MetaSchedule databases: {parts['network']['database']} "
+                  "(ours) and its .metaschedule twin")
+    ok = parts.get("kernel", {}).get("optimize", {}).get("ok", True) and \
+        parts.get("network", {}).get("ok", True)
     return ExitCode.OK if ok else ExitCode.FINDINGS
 
 
@@ -114,6 +159,9 @@ def register(subparsers) -> None:
     p.add_argument("--model", default=None, metavar="PATH",
                    help="a local model directory or run directory (default: the built-in "
                         "model, training/models/dragon-tiny)")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="where the network's MetaSchedule databases go (default: a new "
+                        "temporary directory, printed)")
     p.add_argument("--json", action="store_true", help="print every figure as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_demo)
