@@ -7,8 +7,9 @@ same session, on the same evaluator:
 1. **a layer**: BERT-base's FFN up-projection (``DEMO_KERNEL``: 128 tokens, 768 -> 3072, bias,
    GELU).  ``optimize`` samples ``k`` scripts by schedule-aware decoding and refines its best
    for ``rounds`` rounds; ``best_of_search`` then runs MetaSchedule for as many trials as the
-   model measured distinct scripts; the two winners, the unscheduled kernel and the rule-based
-   default are re-timed together at the end (``KernelShowdown``);
+   model's search timed kernels (baselines and re-timing included); the two winners, the
+   unscheduled kernel and the rule-based default are re-timed together at the end
+   (``KernelShowdown``);
 2. **a model** (``DEMO_MODEL``, tiny BERT): ``training.optimize_model`` optimizes every task,
    writes a MetaSchedule database, and measures the built model end to end before, after and
    with MetaSchedule's database at the same number of measurements.
@@ -43,6 +44,9 @@ class DemoConfig:
         "help": "Refinement rounds after the first (the model refines its best script)."})
     network_k: int = field(default=2, metadata={
         "help": "Scripts sampled per task of the network (one round: no refinement)."})
+    population: int = field(default=64, metadata={
+        "help": "Population of MetaSchedule's evolutionary search: how long each of its rounds "
+                "takes, not how many kernels it may time (that is the model's count)."})
     seed: int = field(default=0, metadata={"help": "Seed of sampling and of MetaSchedule."})
 
     def __post_init__(self) -> None:
@@ -82,9 +86,11 @@ class KernelShowdown:
 
 
 def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 4,
-                   rounds: int = 1, seed: int = 0, progress: bool = False) -> KernelShowdown:
+                   rounds: int = 1, seed: int = 0, population: int = 64,
+                   progress: bool = False) -> KernelShowdown:
     """``optimize`` with ``k`` and ``rounds``, then MetaSchedule with as many trials as the
-    model measured distinct scripts, then both winners and the baselines re-timed together on
+    model's search timed kernels (its baselines and re-timing included, as
+    ``optimize_model`` counts them), then both winners and the baselines re-timed together on
     ``evaluator`` (best without a cache: every figure is from this session)."""
     from codegen.search.tune import best_of_search
 
@@ -96,10 +102,11 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
                       config=OptimizeConfig(k=k, rounds=rounds),
                       sampling=SamplingConfig(n=k, seed=seed), evaluator=evaluator,
                       progress=progress)
-    trials = max(1, result.spent["sampled"])
+    trials = result.measurements
     if progress:
         print(f"MetaSchedule: {trials} candidates searched and measured ...", flush=True)
-    ms_script, _, _ = best_of_search(workload, target, evaluator, trials, seed=seed)
+    ms_script, _, _ = best_of_search(workload, target, evaluator, trials, seed=seed,
+                                     population=population)
     scripts = {name: text for name, text in (
         ("dragon", result.best.script if result.ok and result.best else None),
         ("metaschedule", ms_script)) if text is not None}
@@ -114,14 +121,16 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
 
 
 def compare_network(model, tokenizer, label: str, mod, tasks: list, evaluator: Any, database: str,
-                    *, k: int = 2, seed: int = 0, progress: bool = False, say=None):
+                    *, k: int = 2, seed: int = 0, population: int = 64, progress: bool = False,
+                    say=None):
     """``training.optimize_model.optimize_model`` with ``k`` samples per task and no refinement:
     every task, the database at ``database``, MetaSchedule given as many measurements per task,
     and the three builds of the model timed end to end (``ModelResult``)."""
     from .optimize import OptimizeConfig
-    from .optimize_model import optimize_model
+    from .optimize_model import ModelOptimizeConfig, optimize_model
     from .sampling.config import SamplingConfig
 
     return optimize_model(model, tokenizer, label, mod, tasks, database=database,
                           evaluator=evaluator, config=OptimizeConfig(k=k, rounds=0),
+                          model_config=ModelOptimizeConfig(population=population),
                           sampling=SamplingConfig(n=k, seed=seed), progress=progress, say=say)

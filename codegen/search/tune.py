@@ -164,6 +164,7 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
 
 
 def best_of_search(workload: Any, target: Any, evaluator: Any, trials: int, *, seed: int = 0,
+                   population: int = 512,
                    rules: str | None = None) -> tuple[str | None, Any, list[Round]]:
     """MetaSchedule at a budget: ``trials`` candidates searched and measured by ``evaluator``;
     the fastest correct one's script and outcome (``(None, None, rounds)`` when none was
@@ -175,7 +176,8 @@ def best_of_search(workload: Any, target: Any, evaluator: Any, trials: int, *, s
     ...     script, outcome, _ = best_of_search(workload("softmax()"), "llvm", ev, 8)
     """
     rounds = list(search(workload, target, evaluator,
-                         SearchConfig(trials=trials, per_round=trials, seed=seed), rules=rules))
+                         SearchConfig(trials=trials, per_round=trials, seed=seed,
+                                      population=population), rules=rules))
     measured = [(s, o) for r in rounds for s, o in zip(r.scripts, r.outcomes, strict=True)
                 if s is not None and o.ok]
     if not measured:

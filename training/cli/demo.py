@@ -47,7 +47,7 @@ HEADER = ["", "measured", "unscheduled", "default", "MetaSchedule", "dragon",
 
 def kernel_row(showdown) -> list[str]:
     lat = showdown.latency_s
-    return [f"{showdown.workload} (kernel)", f"{showdown.trials} each",
+    return [f"{showdown.workload} (kernel)", f"{showdown.trials} / {showdown.trials}",
             *(format_latency(lat(n)) for n in ("unscheduled", "default", "metaschedule", "dragon")),
             format_ratio(showdown.speedup("dragon")),
             format_ratio(showdown.speedup("dragon", "metaschedule"))]
@@ -111,7 +111,8 @@ def cmd_demo(args) -> int:
         if wl is not None:
             print(f"== 1. a layer: {wl.spec}", flush=True)
             showdown = compare_kernel(model, tokenizer, wl, ev, k=config.k, rounds=config.rounds,
-                                      seed=config.seed, progress=not args.quiet)
+                                      seed=config.seed, population=config.population,
+                                      progress=not args.quiet)
             rows.append(kernel_row(showdown))
             parts["kernel"] = showdown.as_dict()
         if config.network:
@@ -123,7 +124,8 @@ def cmd_demo(args) -> int:
             out = args.out or tempfile.mkdtemp(prefix="dragon-demo-")
             result = compare_network(model, tokenizer, label, mod, tasks, ev,
                                      os.path.join(out, f"{label}.database"), k=config.network_k,
-                                     seed=config.seed, progress=not args.quiet,
+                                     seed=config.seed, population=config.population,
+                                     progress=not args.quiet,
                                      say=None if args.quiet else say)
             rows.append(network_row(result))
             parts["network"] = {**result.as_dict(), "ok": result.records > 0 and all(
