@@ -176,13 +176,11 @@ def _write(database: str, records: list, target: Any) -> None:
 def _metaschedule(task, target, evaluator, trials: int, population: int,
                   work_dir: str) -> float | None:
     """MetaSchedule's search on one task, ``trials`` candidates; its best correct latency."""
-    from codegen.search.tune import SearchConfig, search
+    from codegen.search.tune import best_of_search
 
-    config = SearchConfig(trials=trials, per_round=min(16, trials), population=population)
-    latencies = [float(o.latency_s) for r in search(task.workload, target, evaluator, config,
-                                                    work_dir=work_dir)
-                 for o in r.outcomes if o.ok and o.latency_s is not None]
-    return min(latencies) if latencies else None
+    _, best, _ = best_of_search(task.workload, target, evaluator, trials, population=population,
+                                per_round=min(16, trials), work_dir=work_dir)
+    return None if best is None else float(best.latency_s)
 
 
 def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
