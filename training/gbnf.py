@@ -102,7 +102,27 @@ def _error(source: str, where: str, what: str) -> GrammarError:
 
 # ---- Lark bodies ----------------------------------------------------------------------------
 
-class _Body:
+class _Descent:
+    """What both recursive-descent readers share (a Lark rule body, a regular expression):
+    alternatives separated by ``|``, each a sequence the reader defines."""
+
+    pos: int
+
+    def peek(self) -> str | None:
+        raise NotImplementedError
+
+    def sequence(self) -> list[_Node]:
+        raise NotImplementedError
+
+    def alternatives(self) -> _Node:
+        seqs = [self.sequence()]
+        while self.peek() == "|":
+            self.pos += 1
+            seqs.append(self.sequence())
+        return seqs[0][0] if len(seqs) == 1 and len(seqs[0]) == 1 else _Alt(seqs)
+
+
+class _Body(_Descent):
     """One definition's lexemes read into a ``_Node``."""
 
     def __init__(self, lexemes: list[str], source: str, where: str) -> None:
@@ -119,13 +139,6 @@ class _Body:
         if self.peek() is not None:
             raise self.fail(f"an unexpected `{self.peek()}`")
         return node
-
-    def alternatives(self) -> _Node:
-        seqs = [self.sequence()]
-        while self.peek() == "|":
-            self.pos += 1
-            seqs.append(self.sequence())
-        return seqs[0][0] if len(seqs) == 1 and len(seqs[0]) == 1 else _Alt(seqs)
 
     def sequence(self) -> list[_Node]:
         items: list[_Node] = []
@@ -198,7 +211,7 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
 _CLASSES = {"d": [(48, 57)], "w": [(48, 57), (65, 90), (95, 95), (97, 122)]}
 
 
-class _Regex:
+class _Regex(_Descent):
     """A regular expression (what Python's ``re`` reads, without anchors, lookarounds,
     backreferences or lazy quantifiers) read into a ``_Node``."""
 
@@ -216,13 +229,6 @@ class _Regex:
         if self.pos != len(self.text):
             raise self.fail(f"an unmatched `{self.peek()}`")
         return node
-
-    def alternatives(self) -> _Node:
-        seqs = [self.sequence()]
-        while self.peek() == "|":
-            self.pos += 1
-            seqs.append(self.sequence())
-        return seqs[0][0] if len(seqs) == 1 and len(seqs[0]) == 1 else _Alt(seqs)
 
     def sequence(self) -> list[_Node]:
         items: list[_Node] = []
