@@ -149,6 +149,7 @@ def test_module_files_load_as_prepared_relax_modules(tmp_path):
 
 # -- the whole command -------------------------------------------------------------------------
 
+@pytest.mark.slow  # 20 s alone, minutes on busy cores; the database test above stays default
 def test_optimize_a_module_file_end_to_end(tmp_path, capsys):
     from tvm.s_tir import meta_schedule as ms
 
