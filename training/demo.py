@@ -1,4 +1,5 @@
-"""``run_demo``: the main job, as ``make demo`` shows it, against MetaSchedule at equal budgets.
+"""``compare_kernel`` and ``compare_network``: the main job, as ``make demo`` shows it,
+against MetaSchedule at equal budgets.
 
 A model optimizes a real layer and a real (tiny) model on this machine, and MetaSchedule's own
 evolutionary search gets as many measured candidates as the model's search measured, in the

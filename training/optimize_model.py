@@ -13,7 +13,7 @@ and the model measured end to end against MetaSchedule at the same number of mea
 4. **Database.** Each task with a correct best script that beat the unscheduled kernel when
    re-timed beside it (``only_faster``; a slower one would slow the model down): its trace,
    with the re-timed latency, in a MetaSchedule JSON database (``codegen.search.database``).
-5. **MetaSchedule at equal measurements.** ``codegen.search.tune.search`` per task, with as
+5. **MetaSchedule at equal measurements.** ``codegen.search.tune.best_of_search`` per task, with as
    many trials as our optimize measured for that task, into a database of its own.
 6. **End to end.** ``codegen.model_build.measure_models``: the default build ("before"), ours
    ("dragon") and MetaSchedule's, checked against "before" and timed in interleaved rounds.

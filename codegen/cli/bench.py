@@ -79,7 +79,6 @@ def cmd_apply(args) -> int:
 # ---- bench ---------------------------------------------------------------------------------
 
 
-
 def _err(value: float | None) -> str:
     return "-" if value is None else f"{value:.1e}"
 

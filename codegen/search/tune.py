@@ -162,7 +162,6 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
         ctx.post_tuning()
 
 
-
 def best_of_search(workload: Any, target: Any, evaluator: Any, trials: int, *, seed: int = 0,
                    population: int = 512, per_round: int | None = None,
                    rules: str | None = None,

@@ -34,13 +34,6 @@ from .common import load_model, model_path
 
 __all__ = ["format_headline", "register"]
 
-
-
-
-
-
-
-
 HEADER = ["", "measured", "unscheduled", "default", "MetaSchedule", "dragon",
           "dragon vs unscheduled", "dragon vs MetaSchedule"]
 

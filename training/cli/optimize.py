@@ -57,12 +57,6 @@ def default_out(wl) -> str:
     return f"{family}-{wl.identity}.dragon"
 
 
-
-
-
-
-
-
 def format_report(result, out: str | None) -> str:
     """The rounds, the best script, its speedups and the kernels timed, for people."""
     start = result.start
@@ -110,7 +104,7 @@ def format_report(result, out: str | None) -> str:
             continue
         again = result.final.get(b.name)
         rows.append([b.name, format_latency(again.latency_s if again is not None and again.ok
-                                   else None),
+                                            else None),
                      f"{format_ratio(result.speedup(b.name))} faster" if result.speedup(b.name)
                      else (again.summary() if again is not None else "-")])
     lines += ["  " + ln for ln in text_table(rows)]
