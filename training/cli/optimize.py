@@ -177,7 +177,8 @@ def cmd_optimize(args) -> int:
 def register(subparsers) -> None:
     """Add ``dragon optimize`` (the ``dragon.commands`` entry point)."""
     p = subparsers.add_parser(
-        "optimize", help="the fastest script a model writes for a kernel, measured",
+        "optimize",
+        help="the fastest schedules a model writes for a kernel or a whole model, measured",
         description="Sample -k scripts for WORKLOAD by schedule-aware decoding, build, verify "
                     "and time them beside the unscheduled kernel and DLight's rule-based "
                     "default, then let the model refine its own best script for --rounds "
