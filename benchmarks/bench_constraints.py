@@ -1,12 +1,12 @@
 """Do constraints pay?  Shares of samples that parse, apply, build and are numerically correct,
 for a tiny model untrained and after a few minutes of supervised training, sampled four ways in
 one run: unconstrained, under the language's grammar, under the grammar narrowed to the workload
-(``training.constraints``), and schedule-aware (``training.sampling.schedule_aware``: each
+(``training.grammars.constraints``), and schedule-aware (``training.sampling.schedule_aware``: each
 statement applied as it is written, refused ones sampled again).
 
     python benchmarks/bench_constraints.py [--samples 16] [--sft-steps 300]
 
-Training data: construction prompts (``training.prompts``) for scripts that MetaSchedule
+Training data: construction prompts (``training.prompts.templates``) for scripts that MetaSchedule
 sampled on the training workloads (ranges spelled out, as the sampling grammars write them);
 evaluation: held-out shapes of the same families.  Every sample goes through
 ``codegen.Evaluator`` on llvm (worker processes, the unscheduled kernel as the reference).
@@ -34,8 +34,8 @@ def corpus(specs: list[str], per_workload: int):
     import dragon_dsl
     from codegen.search import sample_traces
     from codegen.workloads import workload
-    from training.constraints import expand_ranges
-    from training.prompts import construction_prompt, format_completion
+    from training.grammars.constraints import expand_ranges
+    from training.prompts.templates import construction_prompt, format_completion
 
     rows = []
     for spec in specs:
@@ -68,8 +68,8 @@ def shares(model, tokenizer, evaluator, samples: int, mode: str, reasons: Counte
     of samples cut at the token budget.  ``reasons`` counts the apply errors."""
     from codegen.measure.outcomes import Status
     from codegen.workloads import workload
-    from training.constraints import workload_grammar
-    from training.prompts import construction_prompt
+    from training.grammars.constraints import workload_grammar
+    from training.prompts.templates import construction_prompt
     from training.sampling import SamplingConfig, sample, sample_schedule_aware
 
     counts = Counter()
@@ -129,7 +129,7 @@ def main() -> None:
 
     from codegen.measure import MeasureConfig
     from codegen.measure.evaluator import Evaluator
-    from training.tokenizer import tiny_model, train_tokenizer
+    from training.models.tokenizer import tiny_model, train_tokenizer
 
     start = time.time()
     rows = corpus(TRAIN, args.per_workload)

@@ -1,6 +1,6 @@
 """Tokens of the compact kernel description against TVMScript, one default instance per family.
 
-Prints a markdown table of cl100k tokens of ``training.kernel_text.describe`` and of the
+Prints a markdown table of cl100k tokens of ``training.prompts.kernel_text.describe`` and of the
 module's ``mod.script()`` for each operator family of ``codegen.workloads.FAMILIES`` (the
 ``tvm`` family, TVM's own test workloads, is left out), and the median ratio; also the
 tokens of a whole construction prompt for each.
@@ -27,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     from bpe_openai import get_encoding
 
     from codegen.workloads.families import FAMILIES
-    from training.kernel_text import token_counts
-    from training.prompts import construction_prompt
+    from training.prompts.kernel_text import token_counts
+    from training.prompts.templates import construction_prompt
 
     specs = [name for name in FAMILIES if name != "tvm"]
     rows = token_counts(specs)

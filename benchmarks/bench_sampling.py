@@ -16,7 +16,7 @@ narrowing the next), which machine noise does not move as much as the ratio.
 
 Schedule-aware decoding runs its own loop (it takes rolled-back tokens out of the cache) rather
 than ``model.generate``; its time per step includes that loop's own bookkeeping.
-Models are untrained Llama models from ``training.tokenizer.tiny_model`` (CPU, the torch default
+Models are untrained Llama models from ``training.models.tokenizer`` (CPU, the torch default
 thread count): the smaller the model, the cheaper its forward pass and the more the mask shows.
 """
 
@@ -36,7 +36,7 @@ def compile_times(tokenizer, workloads) -> dict[str, float]:
     workload grammar, each until the first mask is computed."""
     import llguidance
 
-    from training.constraints import sampling_grammar, workload_grammar
+    from training.grammars.constraints import sampling_grammar, workload_grammar
     from training.sampling import llg_tokenizer
 
     tok = llg_tokenizer(tokenizer)
@@ -137,9 +137,9 @@ def main() -> None:
     import torch
 
     from codegen.workloads import workload
-    from training.constraints import workload_grammar
-    from training.prompts import construction_prompt
-    from training.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
+    from training.grammars.constraints import workload_grammar
+    from training.models.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
+    from training.prompts.templates import construction_prompt
 
     tokenizer = build_tokenizer(TokenizerConfig(workloads=tuple(STATEMENTS), targets=("llvm",),
                                                 traces_per_workload=3))

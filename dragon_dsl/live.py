@@ -8,7 +8,7 @@ checks, then TVM itself; a refused statement raises ``DslSemanticError`` at its 
 the state as it was, so a caller may try another statement in its place.  The queries (blocks
 that exist, the loops of a block and their extents, which names are still alive, how many
 buffers a block reads) are what a schedule-aware sampler narrows the next statement by
-(``training.statement_grammar``), and ``dragon check --workload`` reports through ``step``
+(``training.grammars.statement``), and ``dragon check --workload`` reports through ``step``
 too: what the sampler rolls back is what the checker reports.
 
 ``expected_results`` gives the names the encoder would bind (``block "C" -> C``, ``loops C ->

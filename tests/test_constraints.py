@@ -11,7 +11,7 @@ import pytest
 import dragon_dsl
 from codegen.search import sample_traces
 from codegen.workloads import workload
-from training.constraints import (
+from training.grammars.constraints import (
     categorical_lists,
     expand_ranges,
     sampling_grammar,

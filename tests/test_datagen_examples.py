@@ -25,7 +25,7 @@ from training.datagen.examples import (
     split_of,
 )
 from training.datagen.records import DataError, Record, RecordStore
-from training.prompts import PROMPT_VERSION, format_completion
+from training.prompts.templates import PROMPT_VERSION, format_completion
 
 TARGET = {"kind": "llvm", "num-cores": 2}
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from dragon_dsl.cli import main
-from training import default_model
-from training.default_model import DefaultModelMissing, default_model_dir
+from training.models import builtin as default_model
+from training.models.builtin import DefaultModelMissing, default_model_dir
 
 
 def test_the_built_in_model_is_complete_and_small():

@@ -1,4 +1,4 @@
-"""``dragon demo`` (training.demo): the model's search and MetaSchedule's get the same number of
+"""``dragon demo`` (optimize.demo): the model's search and MetaSchedule's get the same number of
 measured candidates, and the headline figures are the end-of-run re-timing of both winners
 beside the baselines.  Uses the built-in model, on a small kernel so that it fits in a test."""
 

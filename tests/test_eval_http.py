@@ -16,7 +16,7 @@ import pytest
 
 from training.evaluate import EvalConfig, EvalError, load_tasks, run_eval
 from training.evaluate.http_model import HttpModel, parse_spec
-from training.gbnf import sampling_grammar_as
+from training.grammars.gbnf import sampling_grammar_as
 
 from .tiny_datagen import TARGET
 
@@ -113,7 +113,7 @@ def test_requests_carry_the_prompt_the_settings_and_the_grammar(evaluation, serv
     [generated] = (out / "generated" / "lark").glob("*.json")
     prompt = json.loads(generated.read_text())["prompt"]
     from codegen.workloads import workload
-    from training.prompts import construction_prompt
+    from training.prompts.templates import construction_prompt
 
     assert prompt == construction_prompt(workload(task.workload), TARGET)  # a local model's
     for request in server.requests:

@@ -1,4 +1,4 @@
-"""The sampling grammars as GBNF (``training.gbnf``), loaded in XGrammar: MetaSchedule's scripts
+"""The sampling grammars as GBNF (``grammars.gbnf``), loaded in XGrammar: MetaSchedule's scripts
 are accepted, malformed ones refused, and the GBNF admits what the Lark grammar admits,
 llguidance's random walks through it included, and nothing the Lark grammar refuses."""
 
@@ -13,8 +13,8 @@ import dragon_dsl
 from codegen.search import sample_traces
 from codegen.workloads import workload
 from dragon_dsl.errors import GrammarError
-from training.constraints import expand_ranges, sampling_grammar, workload_grammar
-from training.gbnf import lark_to_gbnf
+from training.grammars.constraints import expand_ranges, sampling_grammar, workload_grammar
+from training.grammars.gbnf import lark_to_gbnf
 
 from .test_constraints import CANONICAL, MOVED, _random_walks
 

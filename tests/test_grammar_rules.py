@@ -13,7 +13,7 @@ import pytest
 
 from dragon_dsl import DragonError, GrammarError
 from dragon_dsl.grammar import Definition, Grammar, grammar_text
-from training.constraints import expand_ranges, sampling_grammar
+from training.grammars.constraints import expand_ranges, sampling_grammar
 
 from .test_constraints import TOKENIZER, _random_walks
 
@@ -132,7 +132,7 @@ def test_unreadable_grammar_text_says_where(text, line, words):
 BROKEN = [
     # Someone renames a rule the derivation edits.
     (lambda t: re.sub(r"\b_out\b", "_result", t), "_out",
-     "has no rule `_out`; training.constraints expects it (sampling grammar: names without "
+     "has no rule `_out`; grammars.constraints expects it (sampling grammar: names without "
      "ranges)"),
     # A single-result statement whose result becomes optional.
     (lambda t: _edit(t, "_name_item+ opt_preserve? _outs\n", "_name_item+ opt_preserve? _outs?\n"),
@@ -154,7 +154,7 @@ BROKEN = [
     (lambda t: _edit(t, "start: _LEADING? (_stmt? _NL)*", "start: _LEADING? (_stmt* _NL)*"),
      "start", "one statement per line"),
     (lambda t: _edit(t, '_outs: "->" outs', '_outs: "~>" outs'), "_outs",
-     "whose spacing training.layout.separator does not know"),
+     "whose spacing training.grammars.layout.separator does not know"),
 ]
 
 

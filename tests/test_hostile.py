@@ -317,7 +317,7 @@ def test_workloads_list_names_the_model_workloads(capsys):
 @pytest.fixture(scope="module")
 def tiny_dirs(tmp_path_factory):
     """A saved tiny model, one with a truncated weights file and one with an edited config."""
-    from training.tokenizer import tiny_model, train_tokenizer
+    from training.models.tokenizer import tiny_model, train_tokenizer
 
     root = tmp_path_factory.mktemp("models")
     tokenizer = train_tokenizer(['block "C" -> C\nloops C -> i, j, k\n'] * 4, vocab_size=300)

@@ -1,4 +1,4 @@
-"""``dragon optimize`` (training.optimize): real short searches on llvm with a few-second SFT
+"""``dragon optimize`` (training.optimize.kernel): real short searches on llvm with a few-second SFT
 model (``conftest.sft_model``): the kernels timed are counted, duplicates are free, the best
 script's speedups come from one re-timing beside the baselines, the budget stops the search,
 a MetaSchedule script can be refined, and a broken one is refused with its line."""
@@ -13,7 +13,7 @@ import dragon_dsl
 from codegen.measure import Evaluator, MeasureConfig
 from codegen.workloads import workload
 from dragon_dsl.cli import main
-from training.optimize import (
+from training.optimize.kernel import (
     OptimizeConfig,
     OptimizeError,
     RefineError,
@@ -189,7 +189,7 @@ def test_the_report_without_a_correct_script_or_a_rule_based_default():
     """Assembled from outcomes: the cases a tiny model rarely produces."""
     from codegen.measure import Outcome, Status
     from training.cli.optimize import format_report
-    from training.optimize import Baseline, Candidate, OptimizeResult, Round, Start
+    from training.optimize.kernel import Baseline, Candidate, OptimizeResult, Round, Start
 
     start = Start((Baseline("unscheduled", Outcome(Status.CORRECT, latency_s=2e-3)),
                    Baseline("default", None, "no DLight CPU rule matches")), None, 1)

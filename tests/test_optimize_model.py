@@ -1,4 +1,4 @@
-"""Whole-model ``dragon optimize`` (training.optimize_model, codegen.model_build,
+"""Whole-model ``dragon optimize`` (training.optimize.model, codegen.model_build,
 codegen.search.database): the budget split, the MetaSchedule database written from
 MetaSchedule-derived scripts of bert tiny's tasks and picked up by TVM's
 ``MetaScheduleApplyDatabase`` + ``relax.build`` with outputs equal to the default build's,
@@ -27,8 +27,8 @@ from codegen.workloads.models import (
 )
 from codegen.workloads.relax_files import load_module_file
 from dragon_dsl.cli import main
-from training.optimize import OptimizeError
-from training.optimize_model import split_budget
+from training.optimize.kernel import OptimizeError
+from training.optimize.model import split_budget
 
 MLP = str(Path(__file__).parent / "data" / "relax_mlp.py")
 TARGET = {"kind": "llvm", "num-cores": 2}

@@ -14,8 +14,8 @@ import pytest
 
 from codegen.workloads import workload
 from codegen.workloads.families import FAMILIES
-from training.kernel_text import describe, token_counts, tvmscript
-from training.prompts import (
+from training.prompts.kernel_text import describe, token_counts, tvmscript
+from training.prompts.templates import (
     PROMPT_VERSION,
     SCRIPT_END,
     STOP,
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MATMUL = "matmul(m=8,n=8,k=4)"
 
 # The version-1 prompts. A change to either text is a new prompt format: bump
-# training.prompts.PROMPT_VERSION, then update these strings.
+# training.prompts.templates.PROMPT_VERSION, then update these strings.
 GOLDEN_V1 = {
     "construction": """\
 Dragon construction, target llvm
@@ -207,7 +207,7 @@ def test_unknown_nodes_fall_back_to_tvmscript_text():
     import tvm.ir.prim.expr as E
     from tvm import tirx
 
-    from training.kernel_text import _Printer
+    from training.prompts.kernel_text import _Printer
 
     x = tirx.Var("x", "float32")
     let = E.Let(x, E.FloatImm("float32", 1.0), x * x)

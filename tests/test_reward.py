@@ -1,4 +1,4 @@
-"""``training.reward``: rewards measured by the Evaluator against a baseline of the same session.
+"""``train.reward``: rewards measured by the Evaluator against a baseline of the same session.
 A deliberately wrong kernel scores below every correct one, a faster correct kernel above a
 slower one, a refinement that returns its start earns no bonus, and one outlier is clipped."""
 
@@ -9,7 +9,7 @@ import math
 import pytest
 
 from codegen.measure import MeasureConfig, Outcome, Status
-from training.reward import RewardConfig, Rewarder, score
+from training.train.reward import RewardConfig, Rewarder, score
 
 LLVM = {"kind": "llvm", "num-cores": 2}
 SPEC = "matmul(m=128,n=128,k=128)"

@@ -27,7 +27,7 @@ from training.train import (
     resumed_rl_config,
     run_rl,
 )
-from training.train.config import CONFIGS_DIR
+from training.train.sft_config import CONFIGS_DIR
 
 STEPS = 2
 

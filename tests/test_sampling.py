@@ -17,8 +17,15 @@ from transformers import LogitsProcessorList
 
 import dragon_dsl
 from dragon_dsl.grammar import grammar_text
-from training.constraints import expand_ranges
-from training.prompts import STOP
+from training.grammars.constraints import expand_ranges
+from training.models.tokenizer import (
+    TokenizerConfig,
+    build_tokenizer,
+    openai_tokenizer,
+    tiny_model,
+    train_tokenizer,
+)
+from training.prompts.templates import STOP
 from training.sampling import (
     SamplingConfig,
     grammar_logits_processor,
@@ -27,13 +34,6 @@ from training.sampling import (
     load,
     outlines_generator,
     sample,
-)
-from training.tokenizer import (
-    TokenizerConfig,
-    build_tokenizer,
-    openai_tokenizer,
-    tiny_model,
-    train_tokenizer,
 )
 
 from .test_constraints import _layout
@@ -136,7 +136,7 @@ def large():
 
 def _grammar(mode: str) -> str | None:
     from codegen.workloads import workload
-    from training.constraints import workload_grammar
+    from training.grammars.constraints import workload_grammar
 
     return None if mode == "plain" else workload_grammar(workload(LARGE_SPEC), "llvm")
 

@@ -13,15 +13,15 @@ import dragon_dsl
 from codegen.search import sample_traces
 from codegen.workloads import workload
 from dragon_dsl.live import LiveSchedule, apply_script
-from training.constraints import (
+from training.grammars.constraints import (
     annotation_keys,
     annotation_values,
     categorical_lists,
     expand_ranges,
 )
+from training.grammars.statement import statement_grammar
+from training.models.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
 from training.sampling import SamplingConfig, sample_schedule_aware, schedule_aware_generate
-from training.statement_grammar import statement_grammar
-from training.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
 
 from .test_grammar import _ByteTokenizer
 from .traces import TARGETS, UNSEARCHABLE, WORKLOADS
@@ -155,7 +155,7 @@ def model(tokenizer):
 
 @pytest.fixture(scope="module")
 def samples(model, tokenizer):
-    from training.prompts import construction_prompt
+    from training.prompts.templates import construction_prompt
 
     wls = [workload(s) for s in SPECS]
     stats: dict = {}
@@ -180,7 +180,7 @@ def test_untrained_samples_all_end_parse_and_apply(samples):
 def test_logprobs_are_those_of_a_clean_forward_pass(model, tokenizer):
     """Rolled-back tokens leave holes in the key/value cache; the kept tokens must get the
     same distribution as the same sequence without holes."""
-    from training.prompts import construction_prompt
+    from training.prompts.templates import construction_prompt
 
     wl = workload("matmul(m=128,n=128,k=128)")
     prompt = construction_prompt(wl, "llvm")
@@ -202,7 +202,7 @@ def test_logprobs_are_those_of_a_clean_forward_pass(model, tokenizer):
 def test_grpo_rollouts_apply(tmp_path, tokenizer, monkeypatch):
     datasets = pytest.importorskip("datasets")
     trl = pytest.importorskip("trl")
-    from training.prompts import STOP, construction_prompt
+    from training.prompts.templates import STOP, construction_prompt
     from training.sampling import schedule_rollout
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -235,7 +235,7 @@ def test_thousand_untrained_samples_end_parse_and_apply(model, tokenizer, record
     import collections
     import time
 
-    from training.prompts import construction_prompt
+    from training.prompts.templates import construction_prompt
 
     wls = [workload(s) for s in SPECS]
     start = time.perf_counter()

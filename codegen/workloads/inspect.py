@@ -1,7 +1,7 @@
 """The one walk over a kernel's blocks and loops.
 
-Prompts (``training.kernel_text``), the workload grammar's tile rules
-(``training.constraints``), ``dragon workloads show`` and verification (which buffers are
+Prompts (``training.prompts.kernel_text``), the workload grammar's tile rules
+(``training.grammars.constraints``), ``dragon workloads show`` and verification (which buffers are
 outputs) all describe a kernel by its blocks and loops, and a script names the same things
 (``block "C"``, ``loops C -> i, j, k``), so they all read them from here.
 

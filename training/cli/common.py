@@ -23,10 +23,10 @@ def script_to_refine(path: str) -> str:
 
 def model_path(value: str | None) -> str:
     """The model directory ``--model`` names (a run directory's ``final/``); without
-    ``--model``, the built-in model (``training.default_model``).  A UsageError when neither
+    ``--model``, the built-in model (``training.models.builtin``).  A UsageError when neither
     holds a model."""
-    from ..default_model import DefaultModelMissing, default_model_dir
-    from ..train.run_dir import RunError, model_dir
+    from training.models.builtin import DefaultModelMissing, default_model_dir
+    from training.train.run_dir import RunError, model_dir
 
     try:
         return str(default_model_dir() if value is None else model_dir(value))
@@ -39,7 +39,7 @@ def load_model(path: str):
     truncated weights file, a config that does not match the weights, no tokenizer)."""
     from transformers.utils import logging as hf_logging
 
-    from ..sampling import load
+    from training.sampling import load
 
     verbosity = hf_logging.get_verbosity()
     bars = hf_logging.is_progress_bar_enabled()

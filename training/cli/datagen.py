@@ -38,8 +38,7 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
     """The run's tasks, the settings that define the run, and its preset."""
     from codegen.search.tune import SearchConfig
     from codegen.targets import as_target, default_rules, target_dict
-
-    from ..datagen.tasks import PRESETS, tasks_for
+    from training.datagen.tasks import PRESETS, tasks_for
 
     chosen = PRESETS[args.preset] if args.preset else None
     search_defaults = dataclasses.asdict(chosen.search if chosen else SearchConfig())
@@ -104,8 +103,8 @@ def _rpc(args) -> dict[str, str] | None:
 
 
 def _pool(args, settings):
-    from ..datagen.pool import LocalPool
-    from ..datagen.ray_pool import RayPool
+    from training.datagen.pool import LocalPool
+    from training.datagen.ray_pool import RayPool
 
     if args.workers < 1:
         raise UsageError(f"Expected --workers >= 1 but got --workers {args.workers}")
@@ -116,9 +115,9 @@ def _pool(args, settings):
 
 
 def cmd_datagen(args) -> int:
-    from ..datagen.generate import generate
-    from ..datagen.records import DataError
-    from ..datagen.runner import RunnerSettings
+    from training.datagen.generate import generate
+    from training.datagen.records import DataError
+    from training.datagen.runner import RunnerSettings
 
     out = args.out
     if os.path.exists(out) and not os.path.isdir(out):
@@ -157,7 +156,7 @@ def cmd_datagen(args) -> int:
 def _example_config(args, holdout: list[str]):
     """The selection flags, checked before any search (a bad one is a usage error now, not
     after an hour of measuring)."""
-    from ..datagen.examples import ExampleConfig
+    from training.datagen.examples import ExampleConfig
 
     given = args.holdout_families not in (None, ())  # the flag's default is ()
     overrides = {} if given else {"holdout_families": tuple(holdout)}
@@ -165,7 +164,7 @@ def _example_config(args, holdout: list[str]):
 
 
 def _build(args, out: str, holdout: list[str]) -> None:
-    from ..datagen.build import build_datasets
+    from training.datagen.build import build_datasets
 
     report = build_datasets(out, _example_config(args, holdout), progress=not args.quiet)
     print(report, file=sys.stderr)
@@ -180,10 +179,9 @@ def _from_database(args) -> int:
     ``--as-is``."""
     from codegen.measure import Evaluator
     from codegen.targets import as_target
-
-    from ..datagen.from_database import database_records
-    from ..datagen.generate import check_manifest
-    from ..datagen.records import DataError, RecordStore
+    from training.datagen.from_database import database_records
+    from training.datagen.generate import check_manifest
+    from training.datagen.records import DataError, RecordStore
 
     out = args.out
     source = os.path.abspath(args.from_database)
@@ -240,9 +238,8 @@ def register(subparsers) -> None:
     """Add ``dragon datagen`` (the ``dragon.commands`` entry point)."""
     from codegen.measure import MeasureConfig
     from codegen.search.tune import SearchConfig
-
-    from ..datagen.examples import ExampleConfig
-    from ..datagen.tasks import PRESETS
+    from training.datagen.examples import ExampleConfig
+    from training.datagen.tasks import PRESETS
 
     p = subparsers.add_parser(
         "datagen", help="build training data from MetaSchedule search",

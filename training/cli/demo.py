@@ -3,7 +3,7 @@
     dragon demo                      # BERT-base's FFN layer and tiny BERT end to end, on llvm
     dragon demo --kernel 'softmax(m=128,n=512)' --network '' -k 8
 
-What ``make demo`` runs (``training.demo``): the model optimizes a real layer and a real model;
+What ``make demo`` runs (``optimize.demo``): the model optimizes a real layer and a real model;
 MetaSchedule's search gets as many measured candidates as the model's search measured, in the
 same session; the headline table compares both with the unscheduled kernel and the rule-based
 default.  The codec's round trip is ``dragon roundtrip``.  Exit codes: 0 done, 1 the model
@@ -28,9 +28,8 @@ from dragon_dsl.cli_kit import (
     format_ratio,
     text_table,
 )
-
-from ..demo import DemoConfig
-from .common import load_model, model_path
+from training.cli.common import load_model, model_path
+from training.optimize.demo import DemoConfig
 
 __all__ = ["format_headline", "register"]
 
@@ -74,8 +73,7 @@ def say(text: str) -> None:
 def cmd_demo(args) -> int:
     from codegen.measure import Evaluator
     from codegen.targets import as_target
-
-    from ..demo import compare_kernel
+    from training.optimize.demo import compare_kernel
 
     try:
         config = config_from_args(DemoConfig, args)
@@ -87,7 +85,7 @@ def cmd_demo(args) -> int:
 
         wl = cli_workload(config.kernel)
     if config.network:
-        from .optimize_model import is_whole_model, load_whole_model
+        from training.cli.optimize_model import is_whole_model, load_whole_model
 
         if not is_whole_model(config.network):
             raise UsageError(f"--network {config.network}: expected a model spec without task= "
@@ -111,7 +109,7 @@ def cmd_demo(args) -> int:
         if config.network:
             import tempfile
 
-            from ..demo import compare_network
+            from training.optimize.demo import compare_network
 
             print(f"== 2. a network: {config.network}", flush=True)
             out = args.out or tempfile.mkdtemp(prefix="dragon-demo-")

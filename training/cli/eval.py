@@ -42,9 +42,9 @@ def _models(values: list[str]) -> dict[str, str]:
 
 
 def cmd_eval(args) -> int:
-    from ..evaluate import EvalConfig, EvalError, TaskError, run_eval
-    from ..train.config import ConfigError
-    from ..train.run_dir import RunError
+    from training.evaluate import EvalConfig, EvalError, TaskError, run_eval
+    from training.train.run_dir import RunError
+    from training.train.sft_config import ConfigError
 
     try:
         config = EvalConfig(split=args.split, kinds=tuple(args.kinds), max_tasks=args.max_tasks,
@@ -62,7 +62,7 @@ def cmd_eval(args) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        from ..evaluate.report import markdown
+        from training.evaluate.report import markdown
 
         print(markdown(summary).split("\nfast_p:")[0])
         print(f"report: {args.out}/report.md")

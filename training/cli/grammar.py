@@ -3,12 +3,12 @@
     dragon grammar --format lark > dragon.lark              # vLLM's guidance backend
     dragon grammar --format gbnf --workload 'matmul(m=512,n=512,k=512)' --out matmul.gbnf
 
-The sampling grammar (``training.constraints.sampling_grammar``: canonical layout, no name
+The sampling grammar (``training.grammars.constraints.sampling_grammar``: canonical layout, no name
 ranges, keywords kept out of names), or with ``--workload`` the grammar narrowed to that
 kernel's blocks, loop extents and MetaSchedule's categorical candidates on ``--target``; its
 scripts may end with the end marker (``<end>``) unless ``--no-end-marker``.  ``--format lark``
 writes llguidance's Lark (vLLM ``structured_outputs.grammar`` with the guidance backend),
-``--format gbnf`` GBNF (``training.gbnf``: XGrammar, llama.cpp).  Exit codes: 0 written, 2 usage
+``--format gbnf`` GBNF (``grammars.gbnf``: XGrammar, llama.cpp).  Exit codes: 0 written, 2 usage
 errors (a bad format, workload or target, an --out that cannot be written).
 """
 
@@ -24,8 +24,7 @@ __all__ = ["register"]
 
 def cmd_grammar(args) -> int:
     from codegen.targets import RULE_SETS, as_target
-
-    from ..gbnf import sampling_grammar_as
+    from training.grammars.gbnf import sampling_grammar_as
 
     target = args.target
     try:
@@ -48,7 +47,7 @@ def cmd_grammar(args) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        from ..datagen.records import write_atomically
+        from training.datagen.records import write_atomically
 
         write_atomically(args.out, text)
         print(f"wrote {args.out} ({len(text)} bytes, {args.format})", file=sys.stderr)

@@ -4,8 +4,8 @@
     dragon sample --model runs/tiny --workload 'matmul(m=512,n=512,k=512)' -n 4
 
 The tokenizer is a byte-level BPE trained on scripts of MetaSchedule-sampled traces and on the
-construction prompts (``training.tokenizer.build_tokenizer``); the model is
-``training.tokenizer.tiny_model`` (a Llama, hidden 64, 2 layers) with random weights.  Its
+construction prompts (``training.models.tokenizer.build_tokenizer``); the model is
+``training.models.tokenizer.tiny_model`` (a Llama, hidden 64, 2 layers) with random weights.  Its
 samples all parse, because every token is constrained by the grammar, but it has learned
 nothing: it shows the tools working, not good schedules.  Exit codes (``ExitCode``): 0 saved,
 2 usage errors (such as a DIR that holds files, without ``--force``).
@@ -23,8 +23,7 @@ from dragon_dsl.cli_kit import (
     config_from_args,
     examples,
 )
-
-from ..tokenizer import TokenizerConfig
+from training.models.tokenizer import TokenizerConfig
 
 __all__ = ["init_model", "register"]
 
@@ -38,7 +37,7 @@ def init_model(path: str | Path, config: TokenizerConfig | None = None, *,
     in ``path`` (created if needed); returns the path.  About a minute on 2 cores."""
     import torch
 
-    from ..tokenizer import build_tokenizer, tiny_model
+    from training.models.tokenizer import build_tokenizer, tiny_model
 
     out = Path(path)
     tokenizer = build_tokenizer(config)

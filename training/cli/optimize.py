@@ -6,7 +6,7 @@
 
 Samples ``-k`` scripts by schedule-aware decoding, measures them beside the unscheduled kernel
 and DLight's rule-based default, then lets the model refine its own best script for
-``--rounds`` rounds, the measured latency in each refinement prompt (``training.optimize``).
+``--rounds`` rounds, the measured latency in each refinement prompt (``training.optimize.kernel``).
 Prints a table of the rounds, the best script, its speedups over both baselines (re-timed
 together at the end), and the kernels timed; writes the script to ``--out`` (by default
 ``FAMILY-IDENTITY.dragon`` in the current directory).  Exit codes (``ExitCode``): 0 a correct
@@ -33,12 +33,11 @@ from dragon_dsl.cli_kit import (
     format_ratio,
     text_table,
 )
-
-from ..optimize import OptimizeConfig
-from ..optimize_model import ModelOptimizeConfig
-from ..sampling.config import SamplingConfig
-from .common import load_model, model_path, script_to_refine
-from .optimize_model import is_whole_model, run_optimize_model
+from training.cli.common import load_model, model_path, script_to_refine
+from training.cli.optimize_model import is_whole_model, run_optimize_model
+from training.optimize.kernel import OptimizeConfig
+from training.optimize.model import ModelOptimizeConfig
+from training.sampling.config import SamplingConfig
 
 __all__ = ["default_out", "format_report", "register"]
 
@@ -119,9 +118,8 @@ def cmd_optimize(args) -> int:
     from codegen.measure import Evaluator
     from codegen.measure.devices import create
     from codegen.targets import as_target
-
-    from ..datagen.records import write_atomically
-    from ..optimize import OptimizeError, RefineError, measure_start, optimize
+    from training.datagen.records import write_atomically
+    from training.optimize.kernel import OptimizeError, RefineError, measure_start, optimize
 
     path = model_path(args.model)
     whole = is_whole_model(args.workload)

@@ -7,7 +7,7 @@ the model measured end to end.
 MODEL is a model spec without ``task=`` (the project's zoo, ``codegen.workloads.model_zoo``)
 or a Relax IRModule file: ``tvm.ir.save_json`` output (``.json``) or TVMScript defining one
 ``@I.ir_module`` class (``.py``), legalized and fused as the zoo's models are.  Each task is
-optimized as ``dragon optimize`` optimizes a kernel (``training.optimize_model``); the best
+optimized as ``dragon optimize`` optimizes a kernel (``training.optimize.model``); the best
 scripts go to a MetaSchedule JSON database (``--database``) that TVM's
 ``MetaScheduleApplyDatabase`` reads.  Exit codes: 0 the database holds at least one schedule
 and both end-to-end builds ran correctly, 1 otherwise, 2 usage errors.
@@ -128,11 +128,10 @@ def run_optimize_model(args, target, config, sampling, measure, path: str) -> in
     import sys
 
     from codegen.measure import Evaluator
-
-    from ..datagen.records import write_atomically
-    from ..optimize import OptimizeError
-    from ..optimize_model import ModelOptimizeConfig, optimize_model
-    from .common import load_model
+    from training.cli.common import load_model
+    from training.datagen.records import write_atomically
+    from training.optimize.kernel import OptimizeError
+    from training.optimize.model import ModelOptimizeConfig, optimize_model
 
     if args.refine:
         raise UsageError("--refine: a whole model has no one script to refine")

@@ -14,10 +14,9 @@ missing data, a run directory that already holds a run).
 from __future__ import annotations
 
 from dragon_dsl.cli_kit import examples
-
-from ..train.rl import RLResult, resumed_rl_config, run_rl
-from ..train.rl_config import RL_PRESETS, RLRunConfig, resolve_rl
-from .train_command import TrainCommand, number
+from training.cli.train_command import TrainCommand, number
+from training.train.grpo_config import RL_PRESETS, RLRunConfig, resolve_rl
+from training.train.rl import RLResult, resumed_rl_config, run_rl
 
 __all__ = ["register"]
 

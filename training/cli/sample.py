@@ -6,9 +6,9 @@
 By default decoding is schedule-aware (``training.sampling.schedule_aware``): each statement is
 applied to the kernel as it is written and the next is narrowed by the live schedule, so every
 sample applies.  ``--decoding workload`` constrains by the grammar narrowed to the workload
-(``training.constraints``) only, ``--decoding plain`` (or ``--plain-grammar``) by the
+(``training.grammars.constraints``) only, ``--decoding plain`` (or ``--plain-grammar``) by the
 language's grammar alone, and ``--decoding none`` (or ``--no-constraints``) samples freely.
-``--check`` builds, verifies and times every sample (``training.propose``) and prints JSON.
+``--check`` builds, verifies and times every sample (``training.optimize.propose``) and prints JSON.
 Exit codes (``ExitCode``): 0 ok, 1 no sample parsed (or, with --check, none was correct),
 2 usage errors.
 """
@@ -24,10 +24,9 @@ from dragon_dsl.cli_kit import (
     config_from_args,
     examples,
 )
-
-from ..propose import GRAMMARS
-from ..sampling.config import SamplingConfig
-from .common import load_model, model_path, script_to_refine
+from training.cli.common import load_model, model_path, script_to_refine
+from training.optimize.propose import GRAMMARS
+from training.sampling.config import SamplingConfig
 
 __all__ = ["register"]
 
@@ -39,8 +38,7 @@ _FLAGS = ("n", "temperature", "top_p", "seed", "max_new_tokens", "batch_size", "
 def cmd_sample(args) -> int:
     from codegen.cli.workloads import cli_workload
     from codegen.targets import as_target
-
-    from ..propose import ProposeError, measured_latency, propose
+    from training.optimize.propose import ProposeError, measured_latency, propose
 
     try:
         wl = cli_workload(args.workload)

@@ -15,10 +15,9 @@ missing data, a run directory that already holds a run).
 from __future__ import annotations
 
 from dragon_dsl.cli_kit import examples
-
-from ..train.config import PRESETS, SFTRunConfig, resolve
-from ..train.sft import SFTResult, resumed_config, run_sft
-from .train_command import TrainCommand, number
+from training.cli.train_command import TrainCommand, number
+from training.train.sft import SFTResult, resumed_config, run_sft
+from training.train.sft_config import PRESETS, SFTRunConfig, resolve
 
 __all__ = ["register"]
 

@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dragon_dsl.cli_kit import ExitCode, UsageError, add_config_arguments
-
-from ..train.config import ConfigError, config_dict
-from ..train.run_dir import RunError
+from training.train.run_dir import RunError
+from training.train.sft_config import ConfigError, config_dict
 
 __all__ = ["TrainCommand", "number"]
 

@@ -12,8 +12,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .examples import ExampleConfig, Examples, build_examples
-from .records import RecordStore
+from training.datagen.examples import ExampleConfig, Examples, build_examples
+from training.datagen.records import RecordStore
 
 __all__ = ["BuildReport", "build_datasets"]
 
@@ -44,7 +44,7 @@ class BuildReport:
 
 
 def _generation(out: str) -> dict[str, Any]:
-    from .generate import MANIFEST
+    from training.datagen.generate import MANIFEST
 
     try:
         with open(os.path.join(out, MANIFEST), encoding="utf-8") as f:
@@ -64,8 +64,8 @@ def build_datasets(out: str, config: ExampleConfig | None = None, *,
                    tokenizer: Any = None, progress: bool = False) -> BuildReport:
     """Build the construction and refinement datasets of ``out`` and write them, the records
     file and the card."""
-    from .card import write_card
-    from .dataset import write_datasets
+    from training.datagen.card import write_card
+    from training.datagen.dataset import write_datasets
 
     store = RecordStore(out)
     records = list(store.all_records())

@@ -16,10 +16,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from ..prompts import PROMPT_VERSION
-from .dataset import RECORDS_FILE, TASKS
-from .examples import SPLITS, THIRDS, Examples
-from .records import write_atomically
+from training.datagen.dataset import RECORDS_FILE, TASKS
+from training.datagen.examples import SPLITS, THIRDS, Examples
+from training.datagen.records import write_atomically
+from training.prompts.templates import PROMPT_VERSION
 
 __all__ = ["PLOTS", "quantiles", "token_lengths", "write_card"]
 
@@ -67,7 +67,7 @@ def write_card(out: str, examples: Examples, *, tokenizer: Any = None,
                generation: dict[str, Any] | None = None) -> str:
     """Write ``OUT/README.md`` and ``OUT/plots/*.png``; the card's path.
 
-    ``tokenizer`` counts tokens (default: ``training.tokenizer.openai_tokenizer()``,
+    ``tokenizer`` counts tokens (default: ``training.models.tokenizer.openai_tokenizer()``,
     cl100k_base, built offline); ``generation`` adds rows to the card's table of how the
     data was made (preset, target, trials, ...).
 
@@ -77,7 +77,7 @@ def write_card(out: str, examples: Examples, *, tokenizer: Any = None,
     '/tmp/.../README.md'
     """
     if tokenizer is None:
-        from ..tokenizer import openai_tokenizer
+        from training.models.tokenizer import openai_tokenizer
 
         tokenizer, name = openai_tokenizer("cl100k_base"), "cl100k_base"
     else:
@@ -152,7 +152,7 @@ def _body(examples: Examples, lengths: dict[str, dict[str, list[int]]],
            "kernel) and *refinement* (improve a script with a known latency).  Load with "
            "`datasets.load_from_disk(\"construction\")` (or `refinement`); every record, "
            f"failures included, is in `{RECORDS_FILE}`.", "",
-           f"Prompt format version {PROMPT_VERSION} (`training.prompts`).  "
+           f"Prompt format version {PROMPT_VERSION} (`training.prompts.templates`).  "
            f"{stats.records} records; {stats.workloads} workload-target pairs with a correct "
            f"record.", "", "## Splits", "",
            "By workload identity (a hash of `workload_id`), so no kernel is in two splits; "

@@ -22,8 +22,8 @@ import tempfile
 from collections.abc import Iterable
 from typing import Any
 
-from .examples import SPLITS, Examples
-from .records import Record, atomic_file, current_umask
+from training.datagen.examples import SPLITS, Examples
+from training.datagen.records import Record, atomic_file, current_umask
 
 __all__ = ["FEATURES", "RECORDS_FILE", "TASKS", "construction_features", "dataset_dict",
            "refinement_features", "save_atomically", "write_datasets", "write_records"]

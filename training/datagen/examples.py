@@ -54,8 +54,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ..prompts import PROMPT_VERSION, construction_prompt, format_completion, refinement_prompt
-from .records import Record
+from training.datagen.records import Record
+from training.prompts.templates import (
+    PROMPT_VERSION,
+    construction_prompt,
+    format_completion,
+    refinement_prompt,
+)
 
 __all__ = ["SPLITS", "THIRDS", "ExampleConfig", "ExampleStats", "Examples", "build_examples",
            "split_of"]

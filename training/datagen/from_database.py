@@ -44,9 +44,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import DataError, Record, TaskSummary
-from .runner import DATABASE_FILES
-from .tasks import family_of
+from training.datagen.records import DataError, Record, TaskSummary
+from training.datagen.runner import DATABASE_FILES
+from training.datagen.tasks import family_of
 
 __all__ = ["DatabaseGroup", "DatabasePair", "database_records", "find_databases"]
 
@@ -325,8 +325,7 @@ def _key(pair: DatabasePair, group: _Group, mode: str, family: str) -> str:
 def _records(group: _Group, wl, family: str, measure: Any) -> list[Record]:
     from codegen.measure.outcomes import Outcome, Status
     from codegen.targets import default_rules, postproc_set, target_dict
-
-    from ..prompts import target_name
+    from training.prompts.templates import target_name
 
     rules = default_rules(group.target)
     pp_set = postproc_set(rules)

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import DataError, RecordStore, TaskSummary, write_atomically
-from .runner import TaskResult
-from .tasks import Task
+from training.datagen.records import DataError, RecordStore, TaskSummary, write_atomically
+from training.datagen.runner import TaskResult
+from training.datagen.tasks import Task
 
 __all__ = ["MANIFEST", "RunReport", "check_manifest", "generate"]
 

@@ -18,9 +18,9 @@ import traceback
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .records import TaskSummary
-from .runner import RunnerSettings, TaskResult
-from .tasks import Task
+from training.datagen.records import TaskSummary
+from training.datagen.runner import RunnerSettings, TaskResult
+from training.datagen.tasks import Task
 
 __all__ = ["LocalPool", "failed_result", "hard_limit"]
 
@@ -33,8 +33,7 @@ def hard_limit(task: Task) -> float:
 
 def failed_result(task: Task, error: str, attempts: int, seconds: float) -> TaskResult:
     from codegen.targets import as_target
-
-    from ..prompts import target_name
+    from training.prompts.templates import target_name
 
     return TaskResult(TaskSummary(key=task.key, workload=task.workload,
                                   target=target_name(as_target(task.target)), status="failed",
@@ -44,7 +43,7 @@ def failed_result(task: Task, error: str, attempts: int, seconds: float) -> Task
 
 def _serve(conn, settings: dict[str, Any], parent: int) -> None:
     """A pool process: run tasks from ``conn`` until it closes or the driver is gone."""
-    from .runner import TaskRunner
+    from training.datagen.runner import TaskRunner
 
     def watch() -> None:
         while os.getppid() == parent:

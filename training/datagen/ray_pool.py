@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .pool import failed_result, hard_limit
-from .runner import RunnerSettings, TaskResult
-from .tasks import Task
+from training.datagen.pool import failed_result, hard_limit
+from training.datagen.runner import RunnerSettings, TaskResult
+from training.datagen.tasks import Task
 
 __all__ = ["RayPool"]
 
@@ -25,7 +25,7 @@ _RUNNER: Any = None  # one TaskRunner per Ray worker process
 
 def _run_on_worker(task: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     global _RUNNER
-    from .runner import TaskRunner
+    from training.datagen.runner import TaskRunner
 
     if _RUNNER is None:
         _RUNNER = TaskRunner(RunnerSettings.from_dict(settings))

@@ -49,7 +49,7 @@ class Record:
     workload: str                  # the workload's spec, e.g. "matmul(m=64,n=64,k=64)"
     workload_id: str               # codegen.workloads.Workload.identity (structural hash)
     family: str                    # operator family, or "model"/"file"/"database"
-    target: str                    # "llvm" or "cuda" (training.prompts.target_name)
+    target: str                    # "llvm" or "cuda" (training.prompts.templates.target_name)
     target_json: str               # the full target, as JSON
     device: str                    # where it was measured
     rules: str                     # MetaSchedule rule set (codegen.targets.RULE_SETS)

@@ -20,10 +20,9 @@ from typing import Any
 from codegen.measure import Evaluator, MeasureConfig
 from codegen.search.tune import search
 from codegen.targets import as_target, target_dict
-
-from ..prompts import target_name
-from .records import Record, TaskSummary
-from .tasks import Task, family_of
+from training.datagen.records import Record, TaskSummary
+from training.datagen.tasks import Task, family_of
+from training.prompts.templates import target_name
 
 __all__ = ["RunnerSettings", "TaskResult", "TaskRunner", "database_files"]
 

@@ -45,7 +45,7 @@ def create(name: str, spec: str) -> Generator:
     """The generator for ``--model NAME=SPEC``: an HTTP endpoint or a local directory; a spec
     that cannot be used raises (``EvalError``, ``RunError``) before anything is measured."""
     if is_http(spec):
-        from .http_model import HttpModel
+        from training.evaluate.http_model import HttpModel
 
         return HttpModel(name, spec)
     return LocalModel(name, spec)
@@ -55,15 +55,15 @@ class LocalModel:
     """A local model or run directory (its ``final/``), loaded on first use."""
 
     def __init__(self, name: str, path: str) -> None:
-        from ..train.run_dir import model_dir
+        from training.train.run_dir import model_dir
 
         self.name, self.source = name, str(model_dir(path))
         self._loaded: tuple[Any, Any] | None = None
 
     def generate(self, prompt: str, workload: Any, target: Any, config: Any,
                  seed: int) -> list[dict[str, Any]]:
-        from ..sampling import SamplingConfig, load
-        from ..sampling.schedule_aware import sample_schedule_aware
+        from training.sampling import SamplingConfig, load
+        from training.sampling.schedule_aware import sample_schedule_aware
 
         if self._loaded is None:
             self._loaded = load(self.source)

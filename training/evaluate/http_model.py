@@ -28,7 +28,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from .errors import EvalError
+from training.evaluate.errors import EvalError
 
 __all__ = ["GRAMMAR_MODES", "HttpModel", "HttpSpec", "parse_spec"]
 
@@ -98,7 +98,7 @@ def parse_spec(name: str, text: str) -> HttpSpec:
 
 @functools.cache
 def _grammar(fmt: str) -> str:
-    from ..gbnf import sampling_grammar_as
+    from training.grammars.gbnf import sampling_grammar_as
 
     return sampling_grammar_as(fmt)
 
@@ -116,7 +116,7 @@ class HttpModel:
 
     def request_body(self, prompt: str, config: Any, n: int, seed: int) -> dict[str, Any]:
         """The JSON of one completions request."""
-        from ..prompts import STOP
+        from training.prompts.templates import STOP
 
         body: dict[str, Any] = {
             "model": self.spec.model, "prompt": prompt, "n": n,
@@ -133,7 +133,7 @@ class HttpModel:
 
     def generate(self, prompt: str, workload: Any, target: Any, config: Any,
                  seed: int) -> list[dict[str, Any]]:
-        from ..prompts import split_completion
+        from training.prompts.templates import split_completion
 
         samples: list[dict[str, Any]] = []
         while len(samples) < config.attempts:

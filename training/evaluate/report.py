@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .metaschedule import NAME as METASCHEDULE
-from .metrics import FAST_P, best_by_task
+from training.evaluate.metaschedule import NAME as METASCHEDULE
+from training.evaluate.metrics import FAST_P, best_by_task
 
 __all__ = ["markdown", "write_report"]
 

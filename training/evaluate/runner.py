@@ -36,9 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import metaschedule
-from .errors import EvalError
-from .tasks import KINDS, EvalTask, load_tasks
+from training.evaluate import metaschedule
+from training.evaluate.errors import EvalError
+from training.evaluate.tasks import KINDS, EvalTask, load_tasks
 
 __all__ = ["EvalConfig", "EvalError", "run_eval"]
 
@@ -115,7 +115,7 @@ class _Files:
         return self.path(model, task).is_file()
 
     def _write(self, model: str, task: EvalTask, text: str) -> None:
-        from ..datagen.records import write_atomically
+        from training.datagen.records import write_atomically
 
         path = self.path(model, task)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +169,7 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
                 raise EvalError(f"{out}: model {name!r} was {path_}, now "
                                 f"{manifest['models'][name]}; {hint}")
         manifest = {**manifest, "models": {**held.get("models", {}), **manifest["models"]}}
-    from ..datagen.records import write_atomically
+    from training.datagen.records import write_atomically
 
     write_atomically(str(path), json.dumps(manifest, indent=1) + "\n")
 
@@ -197,11 +197,10 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     tasks of ``data``; returns the summary (also written to ``OUT/summary.json``)."""
     from codegen.measure import Evaluator, MeasureConfig
     from codegen.workloads import workload as make_workload
-
-    from ..train.run_dir import data_target
-    from .generate import create
-    from .metrics import budget_curves, head_to_head, summarize
-    from .report import write_report
+    from training.evaluate.generate import create
+    from training.evaluate.metrics import budget_curves, head_to_head, summarize
+    from training.evaluate.report import write_report
+    from training.train.run_dir import data_target
 
     if not models:
         raise EvalError("name at least one model (NAME=PATH)")
@@ -357,7 +356,7 @@ def _generate(generator, tasks, start_s, generated, target, config, workload_of,
               progress) -> None:
     from tqdm.auto import tqdm
 
-    from ..prompts import construction_prompt, refinement_prompt
+    from training.prompts.templates import construction_prompt, refinement_prompt
 
     name = generator.name
     for task in tqdm(tasks, desc=f"generate {name}", unit="task", disable=not progress):
@@ -386,7 +385,7 @@ def _search(tasks, generated, evaluator, config, workload_of, progress) -> None:
     """MetaSchedule's attempts at ``tasks``: one search per workload, ``attempts`` trials."""
     from tqdm.auto import tqdm
 
-    from ..datagen.records import write_atomically
+    from training.datagen.records import write_atomically
 
     searches = _Searches(generated.root.parent)
     first: dict[str, EvalTask] = {}

@@ -4,7 +4,7 @@ A construction task is a workload; a refinement task is a workload and a script 
 Each task also carries the best script MetaSchedule's search found for its workload (the
 rank-0 construction completion), so that models are compared with the search that made the
 data, re-measured in the same session.  Prompts are written again for the evaluation target
-when it is measured (``training.prompts``); the refinement prompt then carries the start
+when it is measured (``training.prompts.templates``); the refinement prompt then carries the start
 script's latency measured in this session, not the one recorded in the dataset.
 """
 

@@ -6,17 +6,17 @@
 ...                                                                # doctest: +SKIP
 """
 
-from .closing import CLOSING_PIECES
-from .config import BACKENDS, DEFAULT_BACKEND, FinishReason, Sample, SamplingConfig
-from .generate import eos_token_ids, load, outlines_generator, sample
-from .grammar_processor import (
+from training.sampling.closing import CLOSING_PIECES
+from training.sampling.config import BACKENDS, DEFAULT_BACKEND, FinishReason, Sample, SamplingConfig
+from training.sampling.generate import eos_token_ids, load, outlines_generator, sample
+from training.sampling.grammar_processor import (
     GrammarLogitsProcessor,
     grammar_logits_processor,
     llg_tokenizer,
     with_end_marker,
 )
-from .rollout import ScheduleRollout, grammar_rollout, kept_mass, schedule_rollout
-from .schedule_aware import (
+from training.sampling.rollout import ScheduleRollout, grammar_rollout, kept_mass, schedule_rollout
+from training.sampling.schedule_aware import (
     ScheduleAwareConfig,
     ScheduleAwareResult,
     sample_schedule_aware,

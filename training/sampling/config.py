@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from training.prompts import STOP
+from training.prompts.templates import STOP
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "FinishReason", "Sample", "SamplingConfig"]
 
@@ -37,7 +37,7 @@ class SamplingConfig:
         "help": "Mask every step with the Dragon grammar (False: plain sampling, for baselines)."})
     grammar: str | None = field(default=None, metadata={
         "help": "Lark grammar text to constrain by (llguidance's Lark, e.g. "
-                "training.constraints.workload_grammar); None: grammar/dragon.lark."})
+                "training.grammars.constraints.workload_grammar); None: grammar/dragon.lark."})
     stop: str | None = field(default=STOP, metadata={
         "help": "End-of-script marker the model writes after a script (training.prompts.STOP). "
                 "Constrained, the grammar requires it after the script; unconstrained, "

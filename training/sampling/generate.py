@@ -11,11 +11,10 @@ import torch
 from transformers import LogitsProcessorList
 
 import dragon_dsl
-from training.prompts import STOP
-
-from ..constraints import sampling_grammar
-from .config import Sample, SamplingConfig
-from .grammar_processor import (
+from training.grammars.constraints import sampling_grammar
+from training.prompts.templates import STOP
+from training.sampling.config import Sample, SamplingConfig
+from training.sampling.grammar_processor import (
     GrammarLogitsProcessor,
     grammar_logits_processor,
     llg_tokenizer,
@@ -27,7 +26,7 @@ __all__ = ["eos_token_ids", "load", "outlines_generator", "sample"]
 
 def load(model_or_path, tokenizer=None):
     """``(model, tokenizer)`` from a local model directory (the tokenizer saved beside the
-    weights, as ``training.tokenizer`` does) or from an in-memory model and its tokenizer.
+    weights, as ``training.models.tokenizer`` does) or from an in-memory model and its tokenizer.
 
     Nothing is downloaded.  A tokenizer without a pad token gets EOS as its pad token.
 
@@ -111,7 +110,7 @@ def sample(model, tokenizer, prompt: str | Sequence[str],
 
 def outlines_generator(model, tokenizer, grammar: str | None = None, stop: str | None = STOP):
     """An ``outlines.Generator`` over the same grammar processor, for Outlines' own API.  Its
-    text ends with the ``stop`` marker (``training.prompts.split_completion`` removes it).
+    text ends with the ``stop`` marker (``training.prompts.templates.split_completion`` removes it).
 
     >>> generate = outlines_generator(model, tokenizer)                # doctest: +SKIP
     >>> text = generate(prompt, max_new_tokens=256, do_sample=True)    # doctest: +SKIP

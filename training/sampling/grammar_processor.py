@@ -1,7 +1,7 @@
 """A logits processor that keeps every sampled token inside the Dragon grammar.
 
 One llguidance matcher per row of the batch, built from ``grammar/dragon.lark`` without name
-ranges (``training.constraints.sampling_grammar``).  It is a ``transformers.LogitsProcessor`` for
+ranges (``grammars.constraints.sampling_grammar``).  It is a ``transformers.LogitsProcessor`` for
 ``model.generate(logits_processor=[...])`` and has the ``reset()`` that Outlines calls, so
 ``outlines.Generator(model, processor=...)`` takes it too.
 
@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from transformers import LogitsProcessor
 
-from ..constraints import sampling_grammar
-from .closing import CLOSING_PIECES, Closer, grammar_literals
+from training.grammars.constraints import sampling_grammar
+from training.sampling.closing import CLOSING_PIECES, Closer, grammar_literals
 
 __all__ = ["SEARCH_COOLDOWN", "GrammarLogitsProcessor", "grammar_logits_processor", "llg_tokenizer",
            "with_end_marker"]
@@ -248,7 +248,7 @@ def _allow_only(bitmask: torch.Tensor, row: int, token: int) -> None:
 
 def with_end_marker(lark: str, marker: str) -> str:
     """``lark`` with its ``start`` rule followed by ``marker``: a script, then the marker that
-    ends it (``training.prompts.STOP``), then nothing but EOS.
+    ends it (``training.prompts.templates.STOP``), then nothing but EOS.
 
     >>> with_end_marker('start: "x"*', "<end>").splitlines()[-1]
     'start: _script "<end>"'

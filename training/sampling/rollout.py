@@ -30,9 +30,8 @@ from typing import Any
 import torch
 from transformers import LogitsProcessorList
 
-from training.prompts import STOP
-
-from .grammar_processor import grammar_logits_processor
+from training.prompts.templates import STOP
+from training.sampling.grammar_processor import grammar_logits_processor
 
 __all__ = ["ScheduleRollout", "grammar_rollout", "kept_mass", "schedule_rollout"]
 
@@ -41,7 +40,7 @@ def grammar_rollout(tokenizer=None, grammar: str | None = None, *, stop: str | N
                     wind_down: int = 32) -> Callable[[list, Any], dict[str, Any]]:
     """A ``rollout_func`` for ``trl.GRPOTrainer`` that samples under the grammar (``grammar``,
     Lark text, or the Dragon grammar), each script followed by the ``stop`` marker (the
-    completions keep it: ``training.prompts.split_completion`` takes the script out).  The
+    completions keep it: ``training.prompts.templates.split_completion`` takes the script out).  The
     tokenizer defaults to the trainer's ``processing_class``; the token budget, temperature,
     top-p and EOS ids are the trainer's.
 
@@ -112,7 +111,7 @@ class ScheduleRollout:
     def __call__(self, prompts: list, trainer) -> dict[str, Any]:
         from trl.models import unwrap_model_for_generation
 
-        from .schedule_aware import schedule_aware_generate
+        from training.sampling.schedule_aware import schedule_aware_generate
 
         started = time.perf_counter()
         tok = self.tokenizer if self.tokenizer is not None else trainer.processing_class

@@ -6,7 +6,7 @@ Each row of the batch holds
 - a ``dragon_dsl.live.LiveSchedule`` of its kernel, advanced one statement at a time;
 - the whole-script matcher (the canonical sampling grammar, then the end marker), which keeps
   the script parseable;
-- the statement matcher, built from the live state (``training.statement_grammar``): block
+- the statement matcher, built from the live state (``training.grammars.statement``): block
   names that exist, loops bound by exactly the loops a block has, tile factors that divide the
   loop's current extent, names in scope of the right kind, canonical result names, ...
 
@@ -47,11 +47,10 @@ import torch
 
 import dragon_dsl
 from dragon_dsl.live import LiveSchedule
-from training.prompts import STOP
-
-from ..constraints import sampling_grammar
-from ..statement_grammar import statement_grammar
-from .grammar_processor import llg_tokenizer, with_end_marker
+from training.grammars.constraints import sampling_grammar
+from training.grammars.statement import statement_grammar
+from training.prompts.templates import STOP
+from training.sampling.grammar_processor import llg_tokenizer, with_end_marker
 
 __all__ = ["ScheduleAwareConfig", "ScheduleAwareResult", "sample_schedule_aware",
            "schedule_aware_generate"]
@@ -457,13 +456,12 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     ``rules``: the MetaSchedule rule set (``codegen.targets.RULE_SETS``; default: the target's);
     ``postproc_set``: what ``postproc auto`` names (default: the rule set's);
     ``categorical``: per prompt, the candidate lists of ``sample_categorical`` (default: those
-    MetaSchedule offers for the workload and target, ``training.constraints``).  ``stats``, when
+    MetaSchedule offers for the workload and target, ``grammars.constraints``).  ``stats``, when
     given, receives timings: per-statement replay and narrowing seconds, mask, forward.
     """
     from codegen.targets import default_rules
     from codegen.targets import postproc_set as target_postproc_set
-
-    from ..constraints import annotation_keys, annotation_values, categorical_lists
+    from training.grammars.constraints import annotation_keys, annotation_values, categorical_lists
 
     if len(prompts) != len(workloads):
         raise ValueError(f"Expected one workload per prompt but got {len(prompts)} prompts and "
@@ -516,8 +514,8 @@ def sample_schedule_aware(model, tokenizer, prompt: str | Sequence[str],
     ...                                            workload("matmul(m=64,n=64,k=64)"))]
     [True, True, True, True, True, True, True, True]
     """
-    from .config import Sample, SamplingConfig
-    from .generate import eos_token_ids
+    from training.sampling.config import Sample, SamplingConfig
+    from training.sampling.generate import eos_token_ids
 
     config = config or SamplingConfig()
     prompts = [prompt] if isinstance(prompt, str) else list(prompt)

@@ -9,11 +9,10 @@ keep their run in a run directory (``run_dir``).
 2
 """
 
-from .config import CONFIGS_DIR, PRESETS, ConfigError, SFTRunConfig, load_yaml, resolve
-from .rl import RLResult, resumed_rl_config, run_rl
-from .rl_config import RL_PRESETS, RLRunConfig, resolve_rl
-from .run_dir import RunError, last_checkpoint
-from .sft import (
+from training.train.grpo_config import RL_PRESETS, RLRunConfig, resolve_rl
+from training.train.rl import RLResult, resumed_rl_config, run_rl
+from training.train.run_dir import RunError, last_checkpoint
+from training.train.sft import (
     SFTResult,
     build_trainer,
     check_tokenizer,
@@ -22,6 +21,14 @@ from .sft import (
     make_tokenizer,
     resumed_config,
     run_sft,
+)
+from training.train.sft_config import (
+    CONFIGS_DIR,
+    PRESETS,
+    ConfigError,
+    SFTRunConfig,
+    load_yaml,
+    resolve,
 )
 
 __all__ = ["CONFIGS_DIR", "PRESETS", "RL_PRESETS", "ConfigError", "RLResult", "RLRunConfig",

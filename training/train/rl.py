@@ -1,5 +1,5 @@
 """Reinforcement learning with TRL's ``GRPOTrainer``: rollouts by schedule-aware decoding,
-rewards measured by ``training.reward.Rewarder``.
+rewards measured by ``training.train.reward.Rewarder``.
 
 The prompts are the distinct prompts of the ``dragon datagen`` train splits (construction: a
 kernel; refinement: a kernel and a script to improve).  Each step samples ``num_generations``
@@ -41,9 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .config import deepspeed_path
-from .rl_config import RLRunConfig, resolve_rl
-from .run_dir import (
+from training.train.grpo_config import RLRunConfig, resolve_rl
+from training.train.run_dir import (
     METRICS_FILE,
     MetricsCallback,
     RunError,
@@ -58,9 +57,10 @@ from .run_dir import (
     write_config,
     write_result,
 )
+from training.train.sft_config import deepspeed_path
 
 if TYPE_CHECKING:
-    from ..sampling.rollout import ScheduleRollout
+    from training.sampling.rollout import ScheduleRollout
 
 __all__ = ["MeasuredReward", "RLResult", "build_grpo_trainer", "data_target", "load_prompts",
            "model_dir", "resumed_rl_config", "run_rl", "workload_of"]
@@ -299,9 +299,8 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
     from codegen.measure import Evaluator, MeasureConfig
-
-    from ..reward import RewardConfig, Rewarder
-    from ..sampling.rollout import ScheduleRollout
+    from training.sampling.rollout import ScheduleRollout
+    from training.train.reward import RewardConfig, Rewarder
 
     set_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)

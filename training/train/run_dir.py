@@ -11,7 +11,7 @@
 Under ``accelerate launch`` every process runs the trainer; the first one (``RANK`` 0) writes
 the files.
 
->>> from training.train.config import resolve
+>>> from training.train.sft_config import resolve
 >>> read_config("/no/such/run", resolve)
 Traceback (most recent call last):
 ...
@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dragon_dsl.errors import DragonError
-
-from .config import config_dict
+from training.train.sft_config import config_dict
 
 __all__ = ["CONFIG_FILE", "METRICS_FILE", "RESULT_FILE", "MetricsCallback", "RunError",
            "data_target", "is_main_process", "last_checkpoint", "lora_config", "metrics_callback",

@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import TINY, SFTRunConfig, deepspeed_path, resolve
-from .run_dir import (
+from training.train.run_dir import (
     METRICS_FILE,
     RunError,
     is_main_process,
@@ -41,6 +40,7 @@ from .run_dir import (
     write_config,
     write_result,
 )
+from training.train.sft_config import TINY, SFTRunConfig, deepspeed_path, resolve
 
 __all__ = ["RunError", "SFTResult", "build_trainer", "check_tokenizer", "last_checkpoint",
            "load_examples", "make_model", "make_tokenizer", "resumed_config", "run_sft"]
@@ -113,7 +113,7 @@ def make_tokenizer(config: SFTRunConfig, train: Any) -> Any:
     """For ``tiny``, a byte-level BPE trained on the train split's prompts and completions;
     else the model directory's own tokenizer."""
     if config.model == TINY:
-        from ..tokenizer import train_tokenizer
+        from training.models.tokenizer import train_tokenizer
 
         texts = list(train["prompt"]) + list(train["completion"])
         return train_tokenizer(texts, config.vocab_size, config.min_frequency)
@@ -131,7 +131,7 @@ def make_model(config: SFTRunConfig, tokenizer: Any) -> Any:
     import torch
 
     if config.model == TINY:
-        from ..tokenizer import tiny_model
+        from training.models.tokenizer import tiny_model
 
         torch.manual_seed(config.seed)
         model = tiny_model(tokenizer, hidden_size=config.hidden_size,

@@ -16,7 +16,7 @@ exactly the Lark the sampling grammars use and raises ``GrammarError`` naming an
 - ``%ignore X``: ``X*`` after every token and at the start.
 
 GBNF is read character by character where Lark lexes first; for the sampling grammars, which
-spell out every separator (``training.layout``) and keep keywords out of names, the two
+spell out every separator (``training.grammars.layout``) and keep keywords out of names, the two
 accept the same scripts (``tests/test_gbnf.py`` checks canonical scripts in XGrammar).
 XGrammar's own ``Grammar.from_lark`` refuses ``&`` and ``~``, and its output keeps Lark's
 ``_`` in rule names, which llama.cpp does not read.
@@ -37,7 +37,7 @@ from dragon_dsl.grammar import Definition, Grammar
 
 __all__ = ["FORMATS", "lark_to_gbnf", "sampling_grammar_as"]
 
-_USER = "training.gbnf"
+_USER = "training.grammars.gbnf"
 FORMATS = ("lark", "gbnf")
 
 
@@ -46,7 +46,7 @@ def sampling_grammar_as(fmt: str, workload: Any = None, target: Any = "llvm",
     """The sampling grammar (``workload``'s with a workload) as a server reads it: ``fmt``
     ``"lark"`` (llguidance) or ``"gbnf"``; with ``end_marker`` a script may end with ``<end>``
     (``constraints.with_end_marker``).  What ``dragon grammar`` writes and ``dragon eval`` sends."""
-    from .constraints import sampling_grammar, with_end_marker, workload_grammar
+    from training.grammars.constraints import sampling_grammar, with_end_marker, workload_grammar
 
     if fmt not in FORMATS:
         raise ValueError(f"Expected a format among {', '.join(FORMATS)} but got fmt={fmt!r}")
@@ -96,7 +96,7 @@ _Node = _Alt | _Sym | _Lit | _Class | _Repeat | _Except
 
 
 def _error(source: str, where: str, what: str) -> GrammarError:
-    return GrammarError(f"{source}'s `{where}` has {what}, which training.gbnf cannot "
+    return GrammarError(f"{source}'s `{where}` has {what}, which training.grammars.gbnf cannot "
                         "translate to GBNF", rule=where)
 
 
@@ -467,7 +467,7 @@ class _Writer:
                 and isinstance(more := base.seqs[0][1], _Repeat)
                 and isinstance(rest := more.node, _Class) and not rest.negated
                 and more.low == 0 and more.high is None):
-            raise GrammarError(f"{self.source}: training.gbnf translates `A & ~(words)` only "
+            raise GrammarError(f"{self.source}: the GBNF writer translates `A & ~(words)` only "
                                "for A a /[first][rest]*/ name pattern", rule="&")
 
         def inside(c: int, ranges: list[tuple[int, int]]) -> bool:
@@ -573,7 +573,7 @@ def _check_no_left_recursion(nodes: dict[str, _Node], terminals: set[str], sourc
             other = todo.pop()
             if other == name:
                 raise GrammarError(f"{source}'s `{name}` is left-recursive through other rules; "
-                                   "training.gbnf rewrites only direct left recursion "
+                                   "training.grammars.gbnf rewrites only direct left recursion "
                                    "(llama.cpp refuses it)", rule=name)
             if other not in seen:
                 seen.add(other)

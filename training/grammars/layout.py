@@ -196,7 +196,7 @@ def _item_text(item: _Item) -> str:
 
 
 def _error(g: Grammar, rule: str, what: str) -> GrammarError:
-    return GrammarError(f"{g.source}'s rule `{rule}` has {what}; training.layout expects "
+    return GrammarError(f"{g.source}'s rule `{rule}` has {what}; training.grammars.layout expects "
                         f"it (canonical layout: the printer's spacing in every rule)", rule=rule)
 
 
@@ -280,7 +280,7 @@ class _Layout:
                     kind = WORD
                 else:
                     raise _error(self.g, self.rule, f"the token {text}, whose spacing "
-                                 "training.layout.separator does not know")
+                                 "training.grammars.layout.separator does not know")
             else:
                 kind = WORD  # a regular expression: names, numbers, strings
             self._kinds[symbol] = kind

@@ -15,7 +15,7 @@ The prompt ends with a newline right where the model's script begins, and a comp
 script followed by ``SCRIPT_END`` (``"\\n<end>\\n"``): ``format_completion`` writes one for
 training, the sampler stops at ``STOP`` (``"<end>"``), and ``split_completion`` takes the
 script back out. ``<end>`` cannot start a Dragon statement, so it never occurs in a script.
-The kernel description is ``training.kernel_text.describe`` (or the module's TVMScript, per
+The kernel description is ``training.prompts.kernel_text.describe`` (or the module's TVMScript, per
 ``PromptConfig.kernel``).
 
 Instruct models get ``chat_messages``: a system message, and the plain prompt as the user
@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dragon_dsl.errors import DragonError
-
-from .kernel_text import describe, tvmscript
+from training.prompts.kernel_text import describe, tvmscript
 
 __all__ = ["KERNEL_FORMATS", "PROMPT_VERSION", "SCRIPT_END", "STOP", "SYSTEM_PROMPT",
            "CompletionError", "PromptConfig", "apply_chat_template", "chat_messages",
@@ -74,7 +73,7 @@ class PromptConfig:
     """
 
     kernel: str = field(default="compact", metadata={
-        "help": "how the kernel is shown: 'compact' (training.kernel_text.describe) or "
+        "help": "how the kernel is shown: 'compact' (training.prompts.kernel_text.describe) or "
                 "'tvmscript' (the module's TVMScript, several times longer)"})
     include_target: bool = field(default=True, metadata={
         "help": "name the target (llvm, cuda) in the header line"})

@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .propose import ProposeError
-from .sampling.config import SamplingConfig
+from training.optimize.propose import ProposeError
+from training.sampling.config import SamplingConfig
 
 __all__ = ["BASELINES", "Baseline", "Candidate", "OptimizeConfig", "OptimizeError",
            "OptimizeResult", "RefineError", "Round", "Start", "available", "make_baselines",
@@ -350,7 +350,7 @@ class _Search:
         return self.config.budget - self.spent - _reserve(self.start)
 
     def _prompt(self) -> tuple[str, str, float | None]:
-        from .prompts import construction_prompt, refinement_prompt
+        from training.prompts.templates import construction_prompt, refinement_prompt
 
         best = self.best()
         if best is None:  # nothing correct yet: ask for a construction again
@@ -362,7 +362,7 @@ class _Search:
     def run(self, progress: bool, label: str = "") -> None:
         from tqdm.auto import tqdm
 
-        from .sampling.schedule_aware import sample_schedule_aware
+        from training.sampling.schedule_aware import sample_schedule_aware
 
         total = self.config.k * (self.config.rounds + 1)
         with tqdm(total=total, unit="script", desc=label or "optimize", disable=not progress,

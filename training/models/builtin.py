@@ -15,7 +15,7 @@ from dragon_dsl.errors import DragonError
 
 __all__ = ["DEFAULT_MODEL", "DefaultModelMissing", "default_model_dir"]
 
-DEFAULT_MODEL = Path(__file__).resolve().parent / "models" / "dragon-tiny"
+DEFAULT_MODEL = Path(__file__).resolve().parent / "dragon-tiny"
 
 
 class DefaultModelMissing(DragonError):

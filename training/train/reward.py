@@ -219,8 +219,7 @@ class Rewarder:
         """TRL's reward-function signature: dataset columns arrive as lists beside the
         completions; consecutive completions of one prompt form a group."""
         from codegen.workloads import workload as make_workload
-
-        from .prompts import split_completion
+        from training.prompts.templates import split_completion
 
         starts = start_script or [None] * len(completions)
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]

@@ -106,7 +106,7 @@ def prompt_texts(workloads: Iterable[str] = DEFAULT_WORKLOADS,
     """The construction prompt (``training.prompts``) of each workload and target, followed by
     the end-of-script marker, so that the tokenizer knows both."""
     from codegen import workload
-    from training.prompts import SCRIPT_END, construction_prompt
+    from training.prompts.templates import SCRIPT_END, construction_prompt
 
     targets = tuple(targets)
     for spec in workloads:

@@ -30,8 +30,7 @@ from typing import Any
 
 from dragon_dsl.grammar import Grammar
 from dragon_dsl.statements import STATEMENTS
-
-from .layout import canonical_lines, canonical_spacing
+from training.grammars.layout import canonical_lines, canonical_spacing
 
 __all__ = ["MAX_FACTORS", "annotation_keys", "annotation_values", "categorical_lists",
            "expand_ranges", "kernel_loops", "sampling_grammar", "with_end_marker",
@@ -200,7 +199,7 @@ def sampling_grammar(text: str | None = None) -> str:
     admitted.  ``text``: a version of ``grammar/dragon.lark`` to derive from instead of the
     shipped one.
 
-    - Layout (``training.layout``): one statement per line, each ended by one ``\\n``, and
+    - Layout (``training.grammars.layout``): one statement per line, each ended by one ``\\n``, and
       between two tokens exactly the separator the printer writes (``tile l0 [4, 8] -> l1,
       l2``, ``unroll=16``, ``@K(x;)``), never a run of spaces, a tab or a blank line: the
       vocabulary of a large model has tokens that are nothing but whitespace, which an
@@ -240,7 +239,7 @@ def with_end_marker(text: str, stop: str | None = None) -> str:
     >>> Grammar.parse(with_end_marker(sampling_grammar())).body("start").endswith('"<end>"?')
     True
     """
-    from .prompts import STOP
+    from training.prompts.templates import STOP
 
     g = Grammar.parse(text, user=_USER)
     g.replace("start", f"{g.body('start', 'the end marker after a script')} "
@@ -248,7 +247,7 @@ def with_end_marker(text: str, stop: str | None = None) -> str:
     return str(g)
 
 
-_USER = "training.constraints"
+_USER = "training.grammars.constraints"
 _POSTPROC = '"postproc" (_AUTO postproc_set)?'
 
 

@@ -1,7 +1,7 @@
 """``RLRunConfig``: what ``dragon rl`` trains (GRPO from an SFT model), on which prompts, with
 which measured reward; the named presets.
 
-Layered as ``SFTRunConfig`` is (``training.train.config``): a preset, then a YAML file, then
+Layered as ``SFTRunConfig`` is (``training.train.sft_config``): a preset, then a YAML file, then
 the flags given.  ``validate`` checks every field without loading the model.
 
 >>> RL_PRESETS["tiny"].num_generations, RL_PRESETS["paper"].use_peft
@@ -9,7 +9,7 @@ the flags given.  ``validate`` checks every field without loading the model.
 >>> RLRunConfig(num_generations=1)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-training.train.config.ConfigError: Expected num_generations >= 2 ... but got num_generations=1
+training.train.sft_config.ConfigError: Expected num_generations >= 2 ... but got num_generations=1
 """
 
 from __future__ import annotations
@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import TrainerScale, _help, check_scale, check_types, field_checker, resolve_config
+from training.train.sft_config import (
+    TrainerScale,
+    _help,
+    check_scale,
+    check_types,
+    field_checker,
+    resolve_config,
+)
 
 __all__ = ["LOSS_TYPES", "RLRunConfig", "RL_PRESETS", "resolve_rl"]
 

@@ -15,7 +15,7 @@ a parser of its own (an ``HfArgumentParser``) where ``dragon sft`` is a subcomma
 >>> SFTRunConfig(learning_rate=-1.0)
 Traceback (most recent call last):
 ...
-training.train.config.ConfigError: Expected learning_rate > 0 but got learning_rate=-1.0
+training.train.sft_config.ConfigError: Expected learning_rate > 0 but got learning_rate=-1.0
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def field_checker(config: Any) -> Callable[[bool, str, str], None]:
     >>> need(False, "lora_r", ">= 1")
     Traceback (most recent call last):
     ...
-    training.train.config.ConfigError: Expected lora_r >= 1 but got lora_r=16
+    training.train.sft_config.ConfigError: Expected lora_r >= 1 but got lora_r=16
     """
     def need(ok: bool, name: str, expected: str) -> None:
         if not ok:

@@ -22,7 +22,7 @@ integral floats without ``.0``; casts read ``int32(x)``; intrinsics drop their p
 (``exp(x)``). An expression or statement the printer does not know falls back to TVMScript's
 own one-line text (with TIR's variable names). The output is deterministic: the same module
 gives the same bytes. Changing the format changes every prompt, so it must come with a new
-``training.prompts.PROMPT_VERSION``.
+``training.prompts.templates.PROMPT_VERSION``.
 
 ``token_counts`` measures the description against ``mod.script()`` in cl100k tokens
 (``benchmarks/bench_prompts.py`` prints the table).

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dragon_dsl.errors import DragonError
-
-from .sampling.config import Sample, SamplingConfig
+from training.sampling.config import Sample, SamplingConfig
 
 __all__ = ["GRAMMARS", "Proposal", "ProposeError", "measured_latency", "prompt_for", "propose"]
 
@@ -53,7 +52,7 @@ def prompt_for(workload: Any, target: Any = "llvm", *, refine: str | None = None
                latency_s: float | None = None, evaluator: Any = None) -> str:
     """The construction prompt, or with ``refine`` the refinement prompt.  The script to refine
     is measured with ``evaluator`` when ``latency_s`` is not given; it must be correct."""
-    from .prompts import construction_prompt, refinement_prompt
+    from training.prompts.templates import construction_prompt, refinement_prompt
 
     if refine is None:
         return construction_prompt(workload, target)
@@ -83,7 +82,7 @@ def propose(model, tokenizer, workload: Any, target: Any = "llvm", *,
     each one on it."""
     from dataclasses import replace
 
-    from .sampling import sample
+    from training.sampling import sample
 
     if grammar not in GRAMMARS:
         raise ValueError(f"Expected one of {GRAMMARS} but got grammar={grammar!r}")
@@ -91,12 +90,12 @@ def propose(model, tokenizer, workload: Any, target: Any = "llvm", *,
                         evaluator=evaluator)
     config = config or SamplingConfig()
     if grammar == "schedule":
-        from .sampling.schedule_aware import sample_schedule_aware
+        from training.sampling.schedule_aware import sample_schedule_aware
 
         samples = sample_schedule_aware(model, tokenizer, prompt, workload, target, config)
         return _measured(samples, workload, evaluator)
     if grammar == "workload":
-        from .constraints import workload_grammar
+        from training.grammars.constraints import workload_grammar
 
         config = replace(config, constrained=True,
                          grammar=workload_grammar(workload, target))

@@ -105,10 +105,10 @@ def statement_grammar(live: LiveSchedule, *, postproc_set: str,
 
     ``postproc_set``: the target's postprocessor set, which ``postproc auto`` must name.
     ``categorical``: the candidate lists ``sample_categorical`` may draw from (see
-    ``training.constraints.categorical_lists``); empty: any list of integers.
-    ``annotations``: the keys ``annotate`` may write (``training.constraints.annotation_keys``);
+    ``training.grammars.constraints.categorical_lists``); empty: any list of integers.
+    ``annotations``: the keys ``annotate`` may write (``constraints.annotation_keys``);
     empty: any key.  ``annotation_values``: per key, the values it may take
-    (``training.constraints.annotation_values``; ``var`` is any variable in scope).
+    (``training.grammars.constraints.annotation_values``; ``var`` is any variable in scope).
     """
     if live.postproc_set is not None:
         return 'start: ""'  # the script is complete: nothing may follow

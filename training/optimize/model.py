@@ -34,8 +34,8 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .optimize import OptimizeConfig, OptimizeError, OptimizeResult
-from .sampling.config import SamplingConfig
+from training.optimize.kernel import OptimizeConfig, OptimizeError, OptimizeResult
+from training.sampling.config import SamplingConfig
 
 __all__ = ["END_TO_END", "ModelOptimizeConfig", "ModelResult", "TaskResult", "optimize_model",
            "split_budget"]
@@ -196,8 +196,13 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
     each step."""
     from codegen.model_build import measure_models
     from codegen.search.database import DatabaseRecord
-
-    from .optimize import available, make_baselines, measure_start, optimize, start_cost
+    from training.optimize.kernel import (
+        available,
+        make_baselines,
+        measure_start,
+        optimize,
+        start_cost,
+    )
 
     clock = time.perf_counter()
     config = config or OptimizeConfig()

@@ -11,7 +11,7 @@ same session, on the same evaluator:
    model's search timed kernels (baselines and re-timing included); the two winners, the
    unscheduled kernel and the rule-based default are re-timed together at the end
    (``KernelShowdown``);
-2. **a model** (``DEMO_MODEL``, tiny BERT): ``training.optimize_model`` optimizes every task,
+2. **a model** (``DEMO_MODEL``, tiny BERT): ``training.optimize.model`` optimizes every task,
    writes a MetaSchedule database, and measures the built model end to end before, after and
    with MetaSchedule's database at the same number of measurements.
 
@@ -64,7 +64,7 @@ class KernelShowdown:
     candidates, their winners re-timed together with the baselines."""
 
     workload: str
-    result: Any                      # training.optimize.OptimizeResult
+    result: Any                      # training.optimize.kernel.OptimizeResult
     trials: int                      # candidates each side measured
     metaschedule: str | None         # MetaSchedule's best script; None when none was correct
     final: dict[str, Any]            # re-timed together: dragon, metaschedule, the baselines
@@ -94,9 +94,8 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
     ``optimize_model`` counts them), then both winners and the baselines re-timed together on
     ``evaluator`` (best without a cache: every figure is from this session)."""
     from codegen.search.tune import best_of_search
-
-    from .optimize import OptimizeConfig, optimize
-    from .sampling.config import SamplingConfig
+    from training.optimize.kernel import OptimizeConfig, optimize
+    from training.sampling.config import SamplingConfig
 
     target = evaluator.target
     result = optimize(model, tokenizer, workload, target,
@@ -124,12 +123,12 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
 def compare_network(model, tokenizer, label: str, mod, tasks: list, evaluator: Any, database: str,
                     *, k: int = 2, seed: int = 0, population: int = 64, progress: bool = False,
                     say=None):
-    """``training.optimize_model.optimize_model`` with ``k`` samples per task and no refinement:
+    """``training.optimize.model.optimize_model`` with ``k`` samples per task and no refinement:
     every task, the database at ``database``, MetaSchedule given as many measurements per task,
     and the three builds of the model timed end to end (``ModelResult``)."""
-    from .optimize import OptimizeConfig
-    from .optimize_model import ModelOptimizeConfig, optimize_model
-    from .sampling.config import SamplingConfig
+    from training.optimize.kernel import OptimizeConfig
+    from training.optimize.model import ModelOptimizeConfig, optimize_model
+    from training.sampling.config import SamplingConfig
 
     return optimize_model(model, tokenizer, label, mod, tasks, database=database,
                           evaluator=evaluator, config=OptimizeConfig(k=k, rounds=0),
