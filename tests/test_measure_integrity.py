@@ -16,7 +16,7 @@ import pytest
 
 from codegen.measure import Evaluator, MeasureConfig, Outcome, Status, devices
 from codegen.measure.cache import Cache, cache_key
-from codegen.measure.evaluator import workload_identity, workload_text_hash
+from codegen.measure.evaluator import MEASURE_VERSION, workload_identity, workload_text_hash
 from codegen.workloads import script_workload, workload
 from dragon_dsl.cli import main
 
@@ -62,7 +62,7 @@ def test_the_cache_misses_for_another_target_or_measurement_setting(tmp_path):
                    builders=1) as ev:
         assert not ev.evaluate(wl, [TILED])[0].cached
     rows = Cache(path).query(workload=wl.identity, status="correct")
-    assert len(rows) == 3 and {r["settings"].split(":")[0] for r in rows} == {"v2"}
+    assert len(rows) == 3 and {r["settings"].split(":")[0] for r in rows} == {f"v{MEASURE_VERSION}"}
 
 
 def test_an_edited_cache_row_is_a_miss_not_a_correct_result(tmp_path):
@@ -115,14 +115,95 @@ def ev_fast():
         yield evaluator
 
 
-def test_the_split_past_the_extent_is_verified_with_guards(ev_fast):
-    # The issue's example: 86 x 3 = 258 > 256.  TVM's llvm build keeps it inside C (the guards
-    # stay untouched); whatever a build does, the outcome says so before any timing.
-    script = ('block "C" -> C\nloops C -> i, j, k\n'
-              "split j [none, 3] disable_predication=true -> j0, j1\n")
-    [o] = ev_fast.evaluate(workload("matmul(m=256,n=256,k=64)"), [script])
-    assert o.out_of_bounds is not None
-    assert o.ok == (o.out_of_bounds == 0 and o.max_abs_error is not None)
+def _writes_past_the_end(spec: str, script: str) -> dict[str, int]:
+    """An independent check (no guards, no worker): the kernel built with ``tvm.compile`` and
+    run on arguments that are views into arrays twice their size filled with 7; the elements
+    past each argument's end that changed."""
+    import numpy as np
+    import tvm
+
+    from codegen.apply import apply
+    from codegen.measure.verify import make_inputs, params_of
+
+    wl = workload(spec)
+    lib = tvm.compile(apply(script, wl), target="llvm")
+    params = params_of(wl)
+    bigs, views = [], []
+    for array in make_inputs(params, 0):
+        pad = array.size
+        raw = np.empty((array.size + pad) * array.itemsize + 64, np.uint8)
+        start = (-raw.ctypes.data) % 64  # TVM wants 64-byte aligned data
+        big = raw[start:start + (array.size + pad) * array.itemsize].view(array.dtype)
+        big[:] = 7
+        big[:array.size] = np.nan_to_num(array.reshape(-1), nan=0)
+        bigs.append(big)
+        views.append(tvm.runtime.from_dlpack(big[:array.size].reshape(array.shape)))
+    lib["main"](*views)
+    return {p.name: int(np.count_nonzero(big[big.size // 2:] != 7))
+            for p, big in zip(params, bigs, strict=True)}
+
+
+# Splits past a loop's extent with predication disabled.  Each writes past the end of its
+# output, which the independent check above confirms; the outputs themselves can be right.
+# With 0xFF guards alone the first was `correct` and timed: it reads W past its end (a NaN
+# guard) and NaN arithmetic wrote that same bit pattern into C's guard.
+PAST_THE_END = [
+    ("dense(m=100,n=64,k=32)", 'block "T_dense" -> b\nloops b -> i, j, k\n'
+     "split j [none, 3] disable_predication=true -> j0, j1\n"),
+    ("dense(m=100,n=64,k=32)", 'block "T_dense" -> b\nloops b -> i, j, k\n'
+     "split i [none, 3] disable_predication=true -> i0, i1\n"),
+    ("matmul(m=256,n=256,k=64)", 'block "C" -> C\nloops C -> i, j, k\n'
+     "split j [none, 3] disable_predication=true -> j0, j1\n"),
+    ("conv2d(n=1,h=14,w=14,ci=8,co=8)", 'block "conv2d_nhwc" -> b\n'
+     "loops b -> n, y, x, f, ry, rx, rc\nsplit x [none, 4] disable_predication=true -> x0, x1\n"),
+    ("reduce(m=30,n=64)", 'block "X_red" -> b\nloops b -> i, k\n'
+     "split i [none, 4] disable_predication=true -> i0, i1\n"),
+]
+
+
+@pytest.mark.parametrize("spec,script", PAST_THE_END)
+def test_a_split_past_the_extent_is_out_of_bounds_and_never_timed(ev_fast, spec, script):
+    written = _writes_past_the_end(spec, script)
+    assert sum(written.values()) > 0, f"the variant no longer writes out of bounds: {written}"
+    [o] = ev_fast.evaluate(workload(spec), [script])
+    assert o.status is Status.INCORRECT and o.out_of_bounds, o.summary()
+    assert "past the end of" in o.message and o.latency_s is None and not o.repeats
+
+
+def test_guards_are_filled_twice_poison_then_random_bytes():
+    import numpy as np
+    import tvm
+
+    from codegen.measure.guards import FILLS, GUARD_BYTE, POISON, GuardedArgs
+
+    assert FILLS[0] is POISON and len(FILLS) == 2 and FILLS[1] is not POISON
+    arrays = [np.ones(3, "float32"), np.zeros(4, "float32")]
+    poison, other = (GuardedArgs(arrays, tvm.cpu(), fill) for fill in FILLS)
+    start, end = poison.guards[1]
+    assert (poison.before[start:end] == GUARD_BYTE).all()
+    guard = other.before[start:end].view("float32")
+    assert np.isfinite(guard).all() and len(set(guard.tolist())) > 1
+    # Writing the first fill's bytes into the second fill's guard is a change it sees.
+    other.base.copyfrom(np.where(np.arange(other.before.size) == start, GUARD_BYTE,
+                                 other.before).astype("uint8"))
+    assert other.check(outputs=[1]).out_of_bounds == {0: 1}
+
+
+def test_gather_indices_are_within_the_axis_they_index():
+    from codegen.measure.verify import make_inputs, params_of
+
+    wl = workload("model(name=bert,preset=tiny,task=1)")  # the embedding lookup (take)
+    params = {p.name: p for p in params_of(wl)}
+    index = next(p for p in params.values() if p.index_extent is not None)
+    table = next(p for p in params.values() if p.shape and p.shape[0] == index.index_extent)
+    values = make_inputs(list(params.values()), 0)[list(params).index(index.name)]
+    assert 0 <= values.min() and values.max() < table.shape[0]
+    assert len(set(values.tolist())) > 1
+
+
+def test_a_gather_task_is_verified_and_has_a_baseline(ev_fast):
+    [o] = ev_fast.evaluate(workload("model(name=bert,preset=tiny,task=1)"), [""])
+    assert o.ok and o.out_of_bounds == 0 and o.latency_s > 0, o.summary()
 
 
 # ---- 3. one measurement per device at a time -------------------------------------------------

@@ -38,8 +38,9 @@ _STAGE_STATUS = {"parse": Status.PARSE_ERROR, "apply": Status.APPLY_ERROR,
 
 
 # Part of every cache key: raise it when verification or timing changes what an outcome means
-# (2: guard regions around every argument, so out-of-bounds kernels are incorrect).
-MEASURE_VERSION = 2
+# (2: guard regions around every argument, so out-of-bounds kernels are incorrect; 3: guards
+# filled twice, poison then random bytes, and index inputs within their axis).
+MEASURE_VERSION = 3
 
 
 def workload_text_hash(wl) -> str:

@@ -2,11 +2,19 @@
 outside its buffers.
 
 All the arguments of the verification run live in one allocation on the device:
-``[guard][arg 0][guard][arg 1]...[guard]``, each argument aligned as TVM expects, every guard
-filled with 0xFF bytes (NaN in every float dtype, -1 in integers, so an out-of-bounds read that
-reaches an output poisons it).  After the run, any guard byte that changed is an out-of-bounds
-write, and any input byte that changed is a write into an input.  The timed run uses ordinary
-tensors: the guards cost nothing there and the timed build is not instrumented.
+``[guard][arg 0][guard][arg 1]...[guard]``, each argument aligned as TVM expects.  After the
+run, any guard byte that changed is an out-of-bounds write, and any input byte that changed is a
+write into an input.  Verification runs the kernel twice, with two fills of the guards:
+
+- ``POISON``: 0xFF bytes, NaN in every float dtype and -1 in integers, so that an out-of-bounds
+  read that reaches an output poisons it;
+- a seeded random fill: bytes below 0x40 (finite, small values in every float dtype), different
+  in every guard region.  NaN arithmetic carries a NaN's bit pattern unchanged, so a kernel that
+  reads a poisoned guard and writes the result out of bounds can leave a poisoned guard exactly
+  as it was; no computation of the inputs gives back random bytes of another region.
+
+The timed run uses ordinary tensors: the guards cost nothing there and the timed build is not
+instrumented.
 
 Views into the allocation are handed to TVM through DLPack with their own data pointers (TVM's
 calling convention wants ``byte_offset == 0``), so this works on any device whose memory TVM
@@ -25,9 +33,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["GUARD_BYTE", "GuardReport", "GuardedArgs", "guard_size"]
+__all__ = ["FILLS", "GUARD_BYTE", "POISON", "GuardReport", "GuardedArgs", "guard_size"]
 
 GUARD_BYTE = 0xFF
+POISON = None  # the fill of 0xFF bytes; any other fill is the seed of a random one
+# The two fills every verification runs with: poison, then random bytes (seed 1).
+FILLS: tuple[int | None, ...] = (POISON, 1)
+_RANDOM_BELOW = 0x40  # every float dtype reads bytes below 0x40 as finite values
 _ALIGN = 256  # bytes; TVM's kernels assume 64-byte aligned buffers, CUDA prefers 256
 
 
@@ -64,10 +76,11 @@ class GuardReport:
 
 
 class GuardedArgs:
-    """``arrays`` copied into one guarded allocation on ``dev``; ``tensors`` are the views the
-    kernel is called with, valid while this object lives."""
+    """``arrays`` copied into one guarded allocation on ``dev``, the guards filled with ``fill``
+    (``POISON``, or the seed of a random fill); ``tensors`` are the views the kernel is called
+    with, valid while this object lives."""
 
-    def __init__(self, arrays: list[np.ndarray], dev) -> None:
+    def __init__(self, arrays: list[np.ndarray], dev, fill: int | None = POISON) -> None:
         import tvm
 
         self.arrays = [np.ascontiguousarray(a) for a in arrays]
@@ -80,7 +93,11 @@ class GuardedArgs:
             guard_end = -(-(end + guard_size(a.nbytes)) // _ALIGN) * _ALIGN
             self.guards.append((end, guard_end))
             position = guard_end
-        self.before = np.full(position, GUARD_BYTE, dtype=np.uint8)
+        if fill is POISON:
+            self.before = np.full(position, GUARD_BYTE, dtype=np.uint8)
+        else:
+            rng = np.random.default_rng(fill)
+            self.before = rng.integers(0, _RANDOM_BELOW, size=position, dtype=np.uint8)
         for a, offset in zip(self.arrays, self.offsets, strict=True):
             self.before[offset:offset + a.nbytes] = a.reshape(-1).view(np.uint8)
         self.base = tvm.runtime.empty((position,), "uint8", dev)
@@ -100,7 +117,7 @@ class GuardedArgs:
         after = self.base.numpy()
         out_of_bounds = {}
         for index, (start, end) in enumerate(self.guards):
-            changed = int(np.count_nonzero(after[start:end] != GUARD_BYTE))
+            changed = int(np.count_nonzero(after[start:end] != self.before[start:end]))
             if changed:
                 out_of_bounds[index - 1] = changed
         written = {}

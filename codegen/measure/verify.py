@@ -25,20 +25,23 @@ class Param:
     shape: tuple[int, ...]
     dtype: str
     output: bool
+    index_extent: int | None = None  # indices into an axis of this extent (a gather's)
 
 
 def params_of(workload) -> list[Param]:
     """The kernel's parameters, with the outputs being those some block writes (the last
     parameter when no block says)."""
-    from ..workloads.inspect import blocks, main_func
+    from ..workloads.inspect import blocks, index_extents, main_func
 
     func = main_func(workload)
     written = [buffer for block in blocks(func) for buffer in block.writes]
+    indices = index_extents(func)
     out = []
     for param in func.params:
         shape = tuple(int(d) for d in param.shape)
         is_output = any(param.same_as(w) for w in written)
-        out.append(Param(str(param.name), shape, str(param.dtype), is_output))
+        out.append(Param(str(param.name), shape, str(param.dtype), is_output,
+                         indices.get(str(param.name))))
     if not any(p.output for p in out):
         out[-1] = Param(out[-1].name, out[-1].shape, out[-1].dtype, True)
     return out
@@ -46,12 +49,15 @@ def params_of(workload) -> list[Param]:
 
 def make_inputs(params: list[Param], seed: int) -> list[np.ndarray]:
     """Random non-zero inputs: magnitudes in [0.25, 1] with random signs (small integers for
-    integer dtypes), so that a kernel that skips or zeroes a term cannot pass by luck."""
+    integer dtypes), so that a kernel that skips or zeroes a term cannot pass by luck; indices
+    (``Param.index_extent``) are random within the axis they index."""
     rng = np.random.default_rng(seed)
     arrays = []
     for p in params:
         if p.output:
             arrays.append(poison(p.shape, p.dtype))
+        elif p.index_extent is not None:
+            arrays.append(rng.integers(0, p.index_extent, size=p.shape).astype(p.dtype))
         elif np.issubdtype(np.dtype(p.dtype), np.integer):
             low = 1 if np.dtype(p.dtype).kind == "u" else -8
             values = rng.integers(low, 9, size=p.shape)

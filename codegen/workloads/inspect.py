@@ -18,7 +18,7 @@ from typing import Any
 
 from ..targets import as_module
 
-__all__ = ["Block", "Loop", "blocks", "main_func", "root_block"]
+__all__ = ["Block", "Loop", "blocks", "index_extents", "main_func", "root_block"]
 
 
 @dataclass(frozen=True)
@@ -104,3 +104,45 @@ def _reduce_vars(block, realize) -> list:
 
 def _extent(value) -> Any:
     return int(value) if type(value).__name__ == "IntImm" else value
+
+
+def index_extents(workload: Any) -> dict[str, int]:
+    """Integer parameters some block uses as an index into another buffer (a gather's indices:
+    ``A[idx[i], j]``), each with the smallest extent of an axis it indexes: the values that
+    read within bounds are ``range(extent)``."""
+    func = main_func(workload)
+    params = {str(param.name): param for param in func.params}
+    extents: dict[str, int] = {}
+    for block in blocks(func):
+        for region in (*block.block.reads, *block.block.writes):
+            for axis, rng in zip(region.source.shape, region.region, strict=True):
+                for name in _loaded_buffers(rng.min):
+                    if name in params and name != str(region.source.name) \
+                            and "int" in str(params[name].dtype) and _is_int(axis):
+                        extents[name] = min(extents.get(name, int(axis)), int(axis))
+    return extents
+
+
+def _loaded_buffers(expr) -> set[str]:
+    """Names of the buffers an index expression loads from (casts and arithmetic looked
+    through)."""
+    from tvm.ir import Expr, TensorLoad
+
+    found: set[str] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, TensorLoad):
+            found.add(str(node.source.name))
+            stack.extend(node.indices)
+            continue
+        for attr in ("a", "b", "value", "condition", "true_value", "false_value"):
+            child = getattr(node, attr, None)
+            if isinstance(child, Expr):
+                stack.append(child)
+        stack.extend(arg for arg in getattr(node, "args", ()) if isinstance(arg, Expr))
+    return found
+
+
+def _is_int(value) -> bool:
+    return type(value).__name__ == "IntImm"
