@@ -1,0 +1,75 @@
+"""``training.evaluate.metrics`` on a small fixed table whose every figure was computed by hand
+(not by ``summarize`` itself): the shares that parse, apply, build and are correct differ, and
+the ratios over MetaSchedule and the start script point one way."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from training.evaluate.metrics import budget_curves, head_to_head, summarize
+
+
+def _row(model, task, attempt, status, latency, unscheduled, metaschedule, start=None):
+    return {"model": model, "task": task, "kind": "refinement", "attempt": attempt,
+            "status": status, "latency_s": latency, "unscheduled_s": unscheduled,
+            "metaschedule_s": metaschedule, "start_s": start}
+
+
+ROWS = [
+    # model a, task t1: unscheduled 4 s, MetaSchedule 2 s, start 8 s
+    _row("a", "t1", 0, "correct", 1.0, 4.0, 2.0, 8.0),
+    _row("a", "t1", 1, "incorrect", None, 4.0, 2.0, 8.0),
+    _row("a", "t1", 2, "build_error", None, 4.0, 2.0, 8.0),
+    # model a, task t2: unscheduled 3 s, MetaSchedule 1 s, start 1.5 s
+    _row("a", "t2", 0, "apply_error", None, 3.0, 1.0, 1.5),
+    _row("a", "t2", 1, "correct", 3.0, 3.0, 1.0, 1.5),
+    _row("a", "t2", 2, "parse_error", None, 3.0, 1.0, 1.5),
+    # model b: a tie on t1 (within 2%), a win on t2, and t3 that a never attempted
+    _row("b", "t1", 0, "correct", 1.01, 4.0, 2.0, 8.0),
+    _row("b", "t2", 0, "correct", 1.5, 3.0, 1.0, 1.5),
+    _row("b", "t3", 0, "correct", 1.0, 1.0, 1.0, 1.0),
+]
+
+
+def test_shares_per_attempt_are_counted_by_stage():
+    a = summarize(ROWS)["a"]["refinement"]
+    assert (a["attempts"], a["tasks"]) == (6, 2)
+    # 6 attempts: one parse error, one apply error, one build error, one incorrect, two correct.
+    assert a["parses"] == pytest.approx(5 / 6)
+    assert a["applies"] == pytest.approx(4 / 6)
+    assert a["builds"] == pytest.approx(3 / 6)
+    assert a["correct"] == pytest.approx(2 / 6)
+
+
+def test_speedups_point_from_the_reference_to_the_kernel():
+    a = summarize(ROWS)["a"]["refinement"]
+    # Correct attempts: t1 4/1 = 4x, t2 3/3 = 1x over the unscheduled kernel.
+    assert a["attempt_speedup_geomean"] == pytest.approx(2.0)
+    assert a["attempt_speedup_median"] == pytest.approx(2.5)
+    # Over MetaSchedule's best: t1 2/1 = 2x (faster), t2 1/3 (slower).
+    assert a["attempt_over_metaschedule_geomean"] == pytest.approx(math.sqrt(2 / 3))
+    assert a["best_over_metaschedule_geomean"] == pytest.approx(math.sqrt(2 / 3))
+    assert a["best_over_metaschedule_median"] == pytest.approx((2 + 1 / 3) / 2)
+    assert a["faster_than_metaschedule"] == 1
+    # Over the start script: t1 8/1 = 8x, t2 1.5/3 = 0.5x.
+    assert a["best_over_start_geomean"] == pytest.approx(2.0)
+    assert a["faster_than_start"] == 1
+    assert a["best_speedup_geomean"] == pytest.approx(2.0)
+    assert a["fast_p"] == {"0": 1.0, "1": 1.0, "1.2": 0.5, "2": 0.5}
+
+
+def test_head_to_head_counts_wins_and_ties_on_shared_tasks():
+    assert head_to_head(ROWS, "a", "b", "refinement") == {
+        "wins_a": 0, "wins_b": 1, "ties": 1, "tasks": 2}
+    assert head_to_head(ROWS, "b", "a", "refinement") == {
+        "wins_a": 1, "wins_b": 0, "ties": 1, "tasks": 2}
+
+
+def test_budget_curves_take_the_best_of_the_first_n_attempts():
+    curve = budget_curves(ROWS)["a"]["refinement"]
+    # n=1: t1 4x, t2 nothing correct (1x kept); n=2: t2's 1x; n=3: unchanged.
+    assert curve["measurements"] == [1, 2, 3]
+    assert curve["geomean"] == pytest.approx([2.0, 2.0, 2.0])
+    assert curve["fast_1"] == [0.5, 1.0, 1.0]
