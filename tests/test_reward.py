@@ -102,3 +102,33 @@ def test_trl_reward_function_signature(rewarder):
     rewards = rewarder(prompts=["p", "p", "q"], completions=[NOOP + "<end>\n", WRONG, NOOP],
                        workload=[SPEC, SPEC, "matmul(m=16,n=16,k=16)"])
     assert len(rewards) == 3 and rewards[1] == -0.5 and rewards[0] > -0.5 and rewards[2] > -0.5
+
+
+class _Fixed:
+    """An evaluator that answers each script with the outcome given for it (no measuring): the
+    re-timing logic on its own, with latencies that differ by construction."""
+
+    target = "llvm"
+
+    def __init__(self, latencies: dict[str, float]):
+        self.latencies = latencies
+
+    def evaluate(self, workload, scripts):
+        return [Outcome(Status.CORRECT, latency_s=self.latencies[s], repeats=[self.latencies[s]])
+                for s in scripts]
+
+    def evaluate_modules(self, workload, modules):
+        return {name: Outcome(Status.CORRECT, latency_s=8.0, repeats=[8.0]) for name in modules}
+
+
+@pytest.mark.parametrize("first,again", [(1.0, 2.0), (2.0, 1.0)])
+def test_the_best_is_retimed_and_the_slower_timing_stands(first, again):
+    from codegen.workloads import workload
+
+    rewarder = Rewarder(evaluator=_Fixed({"a": first, "b": 4.0}), timer=_Fixed({"a": again}))
+    report = rewarder.score_group(workload("matmul(m=8,n=8,k=8)"), ["a", "b"])
+    best, other = report.scored
+    assert best.outcome.latency_s == max(first, again)  # never the faster of the two
+    assert best.speedup == pytest.approx(8.0 / max(first, again))
+    assert other.outcome.latency_s == 4.0
+    assert report.noise == pytest.approx(abs(again - first) / first)
