@@ -146,6 +146,29 @@ def test_refinement_gains_and_starts(examples, records):
     assert any(len(g) >= 2 for g in by_workload.values())
 
 
+@pytest.mark.parametrize("seed", [0, 5, 10, 12, 13])
+def test_a_start_is_never_the_completion_and_shows_its_fastest_measurement(records, seed):
+    # Every correct kernel measured a second time, slower, later in its search (as a busy
+    # machine would): a script's own slow record must neither make the completion's script a
+    # start nor give a start a latency slower than its fastest measurement.
+    top = max(r.index for r in records) + 1
+    again = [replace(r, index=top + r.index, latency_s=r.latency_s * 1.7)
+             for r in records if r.correct]
+    examples = build_examples(records + again, ExampleConfig(example_seed=seed))
+    fastest: dict[tuple[str, str], float] = {}
+    for r in records + again:
+        if r.correct:
+            key = (r.workload_id, r.script)
+            fastest[key] = min(fastest.get(key, r.latency_s), r.latency_s)
+    rows = _rows(examples, "refinement")
+    assert rows
+    for row in rows:
+        assert row["start_script"] != row["script"]
+        assert row["start_latency_s"] == fastest[(row["workload_id"], row["start_script"])]
+        assert row["latency_s"] == fastest[(row["workload_id"], row["script"])]
+        assert row["start_latency_s"] >= examples.config.min_gain * row["latency_s"]
+
+
 def test_refinement_is_seeded(records):
     again = build_examples(records, ExampleConfig())
     first = build_examples(records, ExampleConfig())
