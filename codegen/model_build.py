@@ -20,7 +20,6 @@ hits all of them alike; the latency is the median of every timed run.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import tempfile
@@ -109,7 +108,6 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
     from tvm import ir
 
     from .measure.devices import create
-    from .measure.locks import device_lock
     from .measure.protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
     from .measure.verify import compare
     from .measure.worker import JobTimeout, Worker, WorkerError
@@ -119,8 +117,8 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
     config = config or MeasureConfig()
     tgt = as_target(target)
     device = create(tgt)
-    if device.ref.kind == "rpc":
-        raise ValueError("Expected a local device for end-to-end measurement but got RPC")
+    if not device.runs_models:
+        raise ValueError(f"Expected a device that runs whole models but got {device.ref.kind}")
     reference = reference or next(iter(databases))
     say = progress or (lambda text: None)
     found: dict[str, EndToEnd] = {}
@@ -133,8 +131,7 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
 
     with tempfile.TemporaryDirectory(prefix="dragon-model-") as tmp, \
             Worker(memory_limit_mb=config.memory_limit_mb) as builder, \
-            Worker(env=device.worker_env(), cpus=device.worker_cpus(),
-                   memory_limit_mb=config.memory_limit_mb) as runner:
+            device.worker(config.memory_limit_mb) as runner:
         module = os.path.join(tmp, "module.json")
         with open(module, "w", encoding="utf-8") as f:
             f.write(ir.save_json(mod))
@@ -155,8 +152,7 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
                 found[name] = failed(name, reply)
                 continue
             built[name] = (library, reply.build_s, reply.scheduled)
-        lock = device_lock(device.lock_name) if device.lock_name else contextlib.nullcontext()
-        with lock:
+        with device.measuring():
             outputs: dict[str, list[np.ndarray]] = {}
             for i, (name, (library, build_s, scheduled)) in enumerate(built.items()):
                 say(f"checking the outputs: {name}")

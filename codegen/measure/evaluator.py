@@ -10,7 +10,6 @@ processes, then verify and time one candidate at a time on the device, with ever
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -26,7 +25,6 @@ from .build import Artifact
 from .cache import Cache, cache_key
 from .config import MeasureConfig
 from .devices import Device, create
-from .locks import device_lock
 from .outcomes import Outcome, Status
 from .protocol import BuildJob, Built, DescribeJob, ReferenceJob, RunJob, WorkloadData
 from .worker import JobCrashed, JobTimeout, Worker, WorkerError
@@ -107,8 +105,7 @@ class Evaluator:
         self._all = [Worker(memory_limit_mb=self.config.memory_limit_mb) for _ in range(n)]
         for w in self._all:
             self._builders.put(w)
-        self.runner = Worker(env=self.runtime.worker_env(), cpus=self.runtime.worker_cpus(),
-                             memory_limit_mb=self.config.memory_limit_mb)
+        self.runner = self.runtime.worker(self.config.memory_limit_mb)
         self._all.append(self.runner)
         self._info = self.runtime.known_info()
 
@@ -189,7 +186,7 @@ class Evaluator:
                        script=item.script, module=item.module)
         worker = self._builders.get()
         try:
-            with self._build_lock():
+            with self.runtime.building():
                 reply = worker.call(job, timeout=self.config.build_timeout_s)
         except WorkerError as exc:
             item.outcome = _from_exception(exc)
@@ -212,24 +209,12 @@ class Evaluator:
                                        build_s=item.build_s)
                 item.transient = True
             return
-        with self._measure_lock():
+        with self.runtime.measuring():
             failed = self._prepare(wl)
             for item in ready:
                 assert item.artifact is not None
                 item.outcome = failed or self._measure(wl, item.artifact, item.build_s)
                 item.transient = failed is not None
-
-    def _measure_lock(self):
-        """Exclusive use of the device while verifying and timing (other processes wait)."""
-        if not self.runtime.lock_name:
-            return contextlib.nullcontext()
-        return device_lock(self.runtime.lock_name)
-
-    def _build_lock(self):
-        """Builds share the cores a CPU device times on: they hold its lock shared."""
-        if not (self.runtime.lock_name and self.runtime.builds_contend):
-            return contextlib.nullcontext()
-        return device_lock(self.runtime.lock_name, shared=True)
 
     def _prepare(self, wl: WorkloadData) -> Outcome | None:
         """Compute the reference outputs once, under their own (generous) time limit; an

@@ -51,7 +51,7 @@ class WorkloadData:
 class DeviceRef:
     """Where built kernels run (``codegen.measure.devices.create`` makes the Device)."""
 
-    kind: str                       # "cpu", "cuda" or "rpc"
+    kind: str                       # a key of ``devices.KINDS``: "cpu", "cuda" or "rpc"
     target_kind: str                # the target's kind: "llvm" or "cuda"
     rpc: dict[str, Any] | None = None
 

@@ -180,7 +180,7 @@ def run_job(job: RunJob) -> Outcome:
     import tvm
 
     from ..targets import tvm_message
-    from .devices import from_ref
+    from .devices import create
     from .guards import GuardedArgs
     from .timing import median_and_spread, time_kernel
     from .verify import compare
@@ -188,7 +188,7 @@ def run_job(job: RunJob) -> Outcome:
     config = job.config
     _stage("reference")
     params, inputs, references = _reference(job.workload, config.seed)
-    device = from_ref(job.device)
+    device = create(job.device)
     _stage("load")
     try:
         rt_mod, dev = device.load(job.artifact)
@@ -231,9 +231,9 @@ def run_job(job: RunJob) -> Outcome:
 
 
 def describe_job(job: DescribeJob) -> DeviceInfo:
-    from .devices import from_ref
+    from .devices import create
 
-    return from_ref(job.device).describe()
+    return create(job.device).describe()
 
 
 def _model_job(job):

@@ -29,6 +29,7 @@ from dragon_dsl.errors import DragonError
 
 from ..measure.cache import cache_root
 from ..measure.config import MeasureConfig
+from ..measure.devices import create as create_device
 from ..targets import (
     as_module,
     as_target,
@@ -217,11 +218,10 @@ def _cost_model() -> str:
 
 
 def _device_present(tgt) -> bool:
-    import tvm
-
+    """Whether this machine has the device MetaSchedule's local runner would measure on."""
     try:
-        return bool(tvm.device(tgt.kind.name, 0).exist)
-    except Exception:  # noqa: BLE001  a runtime built without this device kind
+        return create_device(tgt).describe().available
+    except Exception:  # noqa: BLE001  no local device for this target, or no runtime for it
         return False
 
 
