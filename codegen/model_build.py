@@ -24,12 +24,16 @@ import os
 import statistics
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .measure.config import MeasureConfig
 from .targets import as_target, target_dict
+
+if TYPE_CHECKING:
+    from .measure.devices import Device
+    from .targets import TargetLike
 
 __all__ = ["EndToEnd", "build_model", "measure_models", "model_inputs"]
 
@@ -56,7 +60,7 @@ class EndToEnd:
         return dict(vars(self))
 
 
-def build_model(mod, target: Any = "llvm", database: str | None = None):
+def build_model(mod, target: TargetLike = "llvm", database: str | None = None):
     """``mod`` (a prepared Relax module) built by ``relax.build``, with the schedules of the
     MetaSchedule JSON database in directory ``database`` applied first when given; a
     ``relax.VirtualMachine`` runs the result.  In this process: see ``measure_models`` for
@@ -96,15 +100,15 @@ def model_inputs(mod, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
-def measure_models(mod, target: Any, databases: dict[str, str | None], *,
+def measure_models(mod, target: TargetLike, databases: dict[str, str | None], *,
                    reference: str | None = None, rounds: int = 5,
                    config: MeasureConfig | None = None, seed: int = 0,
-                   progress=None) -> dict[str, EndToEnd]:
+                   progress=None, device: Device | None = None) -> dict[str, EndToEnd]:
     """Build ``mod`` once per entry of ``databases`` (name -> database directory, None for the
     default build), check each against ``reference``'s outputs (the first entry by default;
     the reference itself is only run), and time the correct ones in ``rounds`` interleaved
-    rounds of ``config.repeat`` runs of at least ``config.min_repeat_ms``.  ``progress(text)``
-    hears what is happening."""
+    rounds of ``config.repeat`` runs of at least ``config.min_repeat_ms``, on ``device`` (by
+    default this machine's, for ``target``).  ``progress(text)`` hears what is happening."""
     from tvm import ir
 
     from .measure.devices import create
@@ -116,7 +120,7 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
         return {}
     config = config or MeasureConfig()
     tgt = as_target(target)
-    device = create(tgt)
+    device = device or create(tgt)
     if not device.runs_models:
         raise ValueError(f"Expected a device that runs whole models but got {device.ref.kind}")
     reference = reference or next(iter(databases))

@@ -78,6 +78,14 @@ def test_devices_are_chosen_once_from_the_target():
         devices.create({"kind": "c"})
 
 
+def test_whole_models_run_only_where_the_device_says_so():
+    from codegen.model_build import measure_models
+
+    remote = devices.create("llvm", rpc={"server": "127.0.0.1:9090"})
+    with pytest.raises(ValueError, match="a device that runs whole models but got rpc"):
+        measure_models(None, "llvm", {"before": None}, device=remote)
+
+
 def test_a_gpu_less_machine_says_so():
     info = devices.LocalCUDA(DeviceRef("cuda", "cuda")).describe()
     assert isinstance(info, DeviceInfo) and info.name

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..targets import as_module, as_target, target_dict
 from .build import Artifact
@@ -28,6 +28,10 @@ from .devices import Device, create
 from .outcomes import Outcome, Status
 from .protocol import BuildJob, Built, DescribeJob, ReferenceJob, RunJob, WorkloadData
 from .worker import JobCrashed, JobTimeout, Worker, WorkerError
+
+if TYPE_CHECKING:
+    from ..targets import TargetLike
+    from ..workloads.workload import WorkloadLike
 
 __all__ = ["MEASURE_VERSION", "Evaluator", "workload_identity", "workload_text_hash"]
 
@@ -40,7 +44,7 @@ _STAGE_STATUS = {"parse": Status.PARSE_ERROR, "apply": Status.APPLY_ERROR,
 MEASURE_VERSION = 2
 
 
-def workload_text_hash(wl) -> str:
+def workload_text_hash(wl: WorkloadLike) -> str:
     """16 hex digits of the workload's printed TVMScript.  The identity (a structural hash)
     ignores block, buffer and loop names, which a script observes (``block "C"``), so the cache
     key needs both.  ``Workload.text_hash`` when present (printed once per workload)."""
@@ -50,7 +54,7 @@ def workload_text_hash(wl) -> str:
     return hashlib.sha256(as_module(wl).script().encode()).hexdigest()[:16]
 
 
-def workload_identity(wl) -> str:
+def workload_identity(wl: WorkloadLike) -> str:
     """The workload's structural hash as 16 hex digits (``Workload.identity`` when present)."""
     identity = getattr(wl, "identity", None)
     if identity:
@@ -84,7 +88,7 @@ class Evaluator:
     ``Cache``, a path, None (the default cache file) or False (no cache).
     """
 
-    def __init__(self, target: Any = "llvm", *, builders: int | None = None,
+    def __init__(self, target: TargetLike = "llvm", *, builders: int | None = None,
                  config: MeasureConfig | None = None, cache: Cache | str | bool | None = None,
                  rpc: dict[str, Any] | None = None, run: bool = True,
                  device: Device | None = None) -> None:
@@ -121,7 +125,7 @@ class Evaluator:
 
     # -- the pipeline ------------------------------------------------------------------------
 
-    def evaluate(self, workload, scripts: list[str]) -> list[Outcome]:
+    def evaluate(self, workload: WorkloadLike, scripts: list[str]) -> list[Outcome]:
         """One outcome per script, in order."""
         from dragon_dsl import format as canonical
         from dragon_dsl.errors import DragonError
@@ -137,7 +141,8 @@ class Evaluator:
                     getattr(exc, "line", None), getattr(exc, "column", None))))
         return self._run(workload, items)
 
-    def evaluate_modules(self, workload, modules: dict[str, Any]) -> dict[str, Outcome]:
+    def evaluate_modules(self, workload: WorkloadLike,
+                         modules: dict[str, Any]) -> dict[str, Outcome]:
         """Outcomes of already scheduled modules (baselines), by name."""
         import tvm
 
@@ -148,7 +153,7 @@ class Evaluator:
                                module=text))
         return dict(zip(modules, self._run(workload, items), strict=True))
 
-    def _run(self, workload, items: list[_Item]) -> list[Outcome]:
+    def _run(self, workload: WorkloadLike, items: list[_Item]) -> list[Outcome]:
         wl = WorkloadData.of(workload)
         identity = workload_identity(workload)
         observed = f"{identity}:{workload_text_hash(workload)}"

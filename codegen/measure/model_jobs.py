@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .devices import Device, create
 from .outcomes import Status
 from .protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
 
+if TYPE_CHECKING:
+    import tvm
+
 __all__ = ["apply_database", "model_build_job", "model_run_job", "scheduled_functions"]
 
 
-def apply_database(mod, target, database: str):
+def apply_database(mod, target: tvm.target.Target, database: str):
     """``mod`` with the schedules of the MetaSchedule JSON database in directory ``database``
     applied to its PrimFuncs, as TVM's ``MetaScheduleApplyDatabase`` does in a user's flow."""
     from tvm import relax

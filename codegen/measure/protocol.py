@@ -19,11 +19,14 @@ import dataclasses
 import json
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .build import Artifact
 from .config import MeasureConfig
 from .outcomes import Outcome, Status
+
+if TYPE_CHECKING:
+    from ..workloads.workload import WorkloadLike
 
 __all__ = ["Applied", "ApplyJob", "Built", "BuildJob", "DescribeJob", "DeviceInfo", "DeviceRef",
            "Error", "Failed", "Message", "ModelBuildJob", "ModelBuilt", "ModelRan", "ModelRunJob",
@@ -39,7 +42,7 @@ class WorkloadData:
     ir: str
 
     @classmethod
-    def of(cls, workload: Any) -> WorkloadData:
+    def of(cls, workload: WorkloadLike) -> WorkloadData:
         import tvm
 
         from ..targets import as_module

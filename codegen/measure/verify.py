@@ -4,8 +4,12 @@ output buffers, and tolerances per dtype."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ..workloads.workload import WorkloadLike
 
 __all__ = ["Comparison", "Param", "TOLERANCES", "compare", "make_inputs", "params_of", "poison"]
 
@@ -27,7 +31,7 @@ class Param:
     output: bool
 
 
-def params_of(workload) -> list[Param]:
+def params_of(workload: WorkloadLike) -> list[Param]:
     """The kernel's parameters, with the outputs being those some block writes (the last
     parameter when no block says)."""
     from ..workloads.inspect import blocks, main_func

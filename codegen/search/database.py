@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..targets import as_module, as_target
+
+if TYPE_CHECKING:
+    from ..targets import TargetLike
 
 __all__ = ["DatabaseRecord", "read_database", "write_database"]
 
@@ -36,7 +39,7 @@ def _database(work_dir: str):
     return ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
 
 
-def write_database(work_dir: str, records: list[DatabaseRecord], target: Any) -> int:
+def write_database(work_dir: str, records: list[DatabaseRecord], target: TargetLike) -> int:
     """Commit ``records`` to the MetaSchedule JSON database in ``work_dir`` (made when missing;
     records already there stay); returns how many were written."""
     from tvm.s_tir import meta_schedule as ms

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import tvm
 
 __all__ = ["Workload"]
 
@@ -42,3 +47,8 @@ class Workload:
 
     def __str__(self) -> str:
         return self.spec
+
+
+if TYPE_CHECKING:
+    # What a ``workload`` parameter takes: a Workload, or an IRModule or PrimFunc (``as_module``).
+    WorkloadLike: TypeAlias = Workload | tvm.IRModule | tvm.tirx.PrimFunc
