@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import dragon_dsl
+
 from .targets import as_module
 
 if TYPE_CHECKING:
@@ -26,8 +28,6 @@ def apply(script: str, workload: WorkloadLike, target: TargetLike = "llvm"):
     >>> sorted(str(g.name_hint) for g in mod.get_global_vars())
     ['main']
     """
-    import dragon_dsl
-
     return dragon_dsl.to_schedule(script, workload=workload, target=target).mod
 
 

@@ -29,10 +29,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .measure.config import MeasureConfig
+from .measure.devices import Device, create
+from .measure.model_jobs import apply_database
+from .measure.protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
+from .measure.verify import compare
+from .measure.worker import JobTimeout, Worker, WorkerError
 from .targets import as_target, target_dict
 
 if TYPE_CHECKING:
-    from .measure.devices import Device
     from .targets import TargetLike
 
 __all__ = ["EndToEnd", "build_model", "measure_models", "model_inputs"]
@@ -66,8 +70,6 @@ def build_model(mod, target: TargetLike = "llvm", database: str | None = None):
     ``relax.VirtualMachine`` runs the result.  In this process: see ``measure_models`` for
     the isolated version."""
     from tvm import relax
-
-    from .measure.model_jobs import apply_database
 
     tgt = as_target(target)
     if database is not None:
@@ -110,11 +112,6 @@ def measure_models(mod, target: TargetLike, databases: dict[str, str | None], *,
     rounds of ``config.repeat`` runs of at least ``config.min_repeat_ms``, on ``device`` (by
     default this machine's, for ``target``).  ``progress(text)`` hears what is happening."""
     from tvm import ir
-
-    from .measure.devices import create
-    from .measure.protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
-    from .measure.verify import compare
-    from .measure.worker import JobTimeout, Worker, WorkerError
 
     if not databases:
         return {}

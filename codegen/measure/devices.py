@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import platform
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..targets import TargetError, as_target
-from .build import Artifact
+from .build import Artifact, register_cubin
 from .config import MeasureConfig
 from .locks import device_lock
 from .protocol import DeviceInfo, DeviceRef
+from .remote import connect
 from .worker import Worker
 
 if TYPE_CHECKING:
@@ -141,8 +143,6 @@ class LocalCPU(Device):
         return sorted(os.sched_getaffinity(0))[:self.cores]
 
     def describe(self) -> DeviceInfo:
-        import platform
-
         name = platform.processor() or platform.machine()
         try:
             with open("/proc/cpuinfo") as f:
@@ -175,8 +175,6 @@ class LocalCUDA(Device):
         return tvm.cuda(0)
 
     def load(self, artifact: Artifact) -> tuple[tvm.runtime.Module, tvm.runtime.Device]:
-        from .build import register_cubin
-
         register_cubin(artifact)
         return self.load_library(artifact.library)
 
@@ -210,8 +208,6 @@ class RPCDevice(Device):
         return self.known_info()
 
     def _connect(self) -> Any:
-        from .remote import connect
-
         if self._session is None:
             assert self.ref.rpc is not None
             self._session = connect(self.ref.rpc)

@@ -20,6 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from dragon_dsl import format as canonical
+from dragon_dsl.errors import DragonError
+
 from ..targets import as_module, as_target, target_dict
 from .build import Artifact
 from .cache import Cache, cache_key
@@ -127,9 +130,6 @@ class Evaluator:
 
     def evaluate(self, workload: WorkloadLike, scripts: list[str]) -> list[Outcome]:
         """One outcome per script, in order."""
-        from dragon_dsl import format as canonical
-        from dragon_dsl.errors import DragonError
-
         items: list[_Item] = []
         for script in scripts:
             try:

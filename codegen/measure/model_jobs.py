@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..targets import as_target, tvm_message
 from .devices import Device, create
 from .outcomes import Status
 from .protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
@@ -43,8 +44,6 @@ def scheduled_functions(mod) -> list[str]:
 def model_build_job(job: ModelBuildJob, stage: Callable[[str], None]) -> ModelBuilt | Failed:
     import tvm
     from tvm import relax
-
-    from ..targets import as_target, tvm_message
 
     start = time.perf_counter()
     stage("build")
@@ -86,8 +85,6 @@ def _flatten(value) -> list:
 def model_run_job(job: ModelRunJob, stage: Callable[[str], None]) -> ModelRan | Failed:
     import numpy as np
     import tvm
-
-    from ..targets import tvm_message
 
     stage("load")
     try:

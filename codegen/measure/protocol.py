@@ -21,6 +21,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..targets import as_module
 from .build import Artifact
 from .config import MeasureConfig
 from .outcomes import Outcome, Status
@@ -44,8 +45,6 @@ class WorkloadData:
     @classmethod
     def of(cls, workload: WorkloadLike) -> WorkloadData:
         import tvm
-
-        from ..targets import as_module
 
         return cls(str(getattr(workload, "spec", "")), tvm.ir.save_json(as_module(workload)))
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..workloads.inspect import blocks, main_func
+
 if TYPE_CHECKING:
     from ..workloads.workload import WorkloadLike
 
@@ -34,8 +36,6 @@ class Param:
 def params_of(workload: WorkloadLike) -> list[Param]:
     """The kernel's parameters, with the outputs being those some block writes (the last
     parameter when no block says)."""
-    from ..workloads.inspect import blocks, main_func
-
     func = main_func(workload)
     written = [buffer for block in blocks(func) for buffer in block.writes]
     out = []

@@ -25,6 +25,7 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import dragon_dsl
 from dragon_dsl.errors import DragonError
 
 from ..measure.cache import cache_root
@@ -166,8 +167,6 @@ def _memo_load(path: str, workload: WorkloadLike, tgt) -> BestResult | None:
         return None
     from tvm.s_tir.schedule import Schedule
 
-    import dragon_dsl
-
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -251,8 +250,6 @@ def metaschedule_best(workload: WorkloadLike, target: TargetLike, trials: int = 
     >>> best.script.splitlines()[-1]  # doctest: +SKIP
     'postproc auto llvm'
     """
-    import dragon_dsl
-
     mod = as_module(workload)
     tgt = as_target(target)
     rules = rules or default_rules(tgt)

@@ -16,6 +16,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import dragon_dsl
+
 from ..targets import as_module, as_target
 
 if TYPE_CHECKING:
@@ -43,8 +45,6 @@ def write_database(work_dir: str, records: list[DatabaseRecord], target: TargetL
     """Commit ``records`` to the MetaSchedule JSON database in ``work_dir`` (made when missing;
     records already there stay); returns how many were written."""
     from tvm.s_tir import meta_schedule as ms
-
-    import dragon_dsl
 
     tgt = as_target(target)
     os.makedirs(work_dir, exist_ok=True)

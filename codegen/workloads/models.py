@@ -13,7 +13,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..targets import as_target
 from .model_zoo import MODELS, ModelEntry, Preset
+from .workload import Workload
 
 if TYPE_CHECKING:
     from ..targets import TargetLike
@@ -39,8 +41,6 @@ class ModelTask:
     @property
     def workload(self):
         """The task as a ``codegen.workloads.Workload``."""
-        from .workload import Workload
-
         return Workload(spec=self.spec, mod=self.mod)
 
     def __str__(self) -> str:
@@ -175,8 +175,6 @@ def module_tasks(mod, target: TargetLike = "llvm", spec_of=None) -> list[ModelTa
     (by default ``module(task=i)``)."""
     import tvm_ffi
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract
-
-    from ..targets import as_target
 
     spec_of = spec_of or (lambda i: f"module(task={i})")
     order = _call_order(mod)

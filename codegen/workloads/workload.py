@@ -7,6 +7,7 @@ It has a module of its own so that the spec parser (``specs``) and the model imp
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,8 +42,6 @@ class Workload:
     def text_hash(self) -> str:
         """16 hex digits of the printed TVMScript: unlike the identity, it sees the block,
         buffer and loop names a script refers to (part of the measurement cache key)."""
-        import hashlib
-
         return hashlib.sha256(self.mod.script().encode()).hexdigest()[:16]
 
     def __str__(self) -> str:
