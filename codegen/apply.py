@@ -3,14 +3,20 @@ statement that does not fit the kernel."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+import dragon_dsl
 
 from .targets import as_module
+
+if TYPE_CHECKING:
+    from .targets import TargetLike
+    from .workloads.workload import WorkloadLike
 
 __all__ = ["apply", "apply_trace"]
 
 
-def apply(script: str, workload: Any, target: Any = "llvm"):
+def apply(script: str, workload: WorkloadLike, target: TargetLike = "llvm"):
     """The workload scheduled by ``script`` (``dragon_dsl.to_schedule``'s module).
 
     Raises ``DslSyntaxError`` for text that is not a script, and ``DslSemanticError`` (with
@@ -22,12 +28,10 @@ def apply(script: str, workload: Any, target: Any = "llvm"):
     >>> sorted(str(g.name_hint) for g in mod.get_global_vars())
     ['main']
     """
-    import dragon_dsl
-
     return dragon_dsl.to_schedule(script, workload=workload, target=target).mod
 
 
-def apply_trace(trace, workload: Any):
+def apply_trace(trace, workload: WorkloadLike):
     """The workload scheduled by a TVM Trace (as MetaSchedule replays a record)."""
     from tvm.s_tir.schedule import Schedule
 

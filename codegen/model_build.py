@@ -20,17 +20,24 @@ hits all of them alike; the latency is the median of every timed run.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .measure.config import MeasureConfig
+from .measure.devices import Device, create
+from .measure.model_jobs import apply_database
+from .measure.protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
+from .measure.verify import compare
+from .measure.worker import JobTimeout, Worker, WorkerError
 from .targets import as_target, target_dict
+
+if TYPE_CHECKING:
+    from .targets import TargetLike
 
 __all__ = ["EndToEnd", "build_model", "measure_models", "model_inputs"]
 
@@ -57,14 +64,12 @@ class EndToEnd:
         return dict(vars(self))
 
 
-def build_model(mod, target: Any = "llvm", database: str | None = None):
+def build_model(mod, target: TargetLike = "llvm", database: str | None = None):
     """``mod`` (a prepared Relax module) built by ``relax.build``, with the schedules of the
     MetaSchedule JSON database in directory ``database`` applied first when given; a
     ``relax.VirtualMachine`` runs the result.  In this process: see ``measure_models`` for
     the isolated version."""
     from tvm import relax
-
-    from .measure.model_jobs import apply_database
 
     tgt = as_target(target)
     if database is not None:
@@ -97,30 +102,24 @@ def model_inputs(mod, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
-def measure_models(mod, target: Any, databases: dict[str, str | None], *,
+def measure_models(mod, target: TargetLike, databases: dict[str, str | None], *,
                    reference: str | None = None, rounds: int = 5,
                    config: MeasureConfig | None = None, seed: int = 0,
-                   progress=None) -> dict[str, EndToEnd]:
+                   progress=None, device: Device | None = None) -> dict[str, EndToEnd]:
     """Build ``mod`` once per entry of ``databases`` (name -> database directory, None for the
     default build), check each against ``reference``'s outputs (the first entry by default;
     the reference itself is only run), and time the correct ones in ``rounds`` interleaved
-    rounds of ``config.repeat`` runs of at least ``config.min_repeat_ms``.  ``progress(text)``
-    hears what is happening."""
+    rounds of ``config.repeat`` runs of at least ``config.min_repeat_ms``, on ``device`` (by
+    default this machine's, for ``target``).  ``progress(text)`` hears what is happening."""
     from tvm import ir
-
-    from .measure.devices import create
-    from .measure.locks import device_lock
-    from .measure.protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
-    from .measure.verify import compare
-    from .measure.worker import JobTimeout, Worker, WorkerError
 
     if not databases:
         return {}
     config = config or MeasureConfig()
     tgt = as_target(target)
-    device = create(tgt)
-    if device.ref.kind == "rpc":
-        raise ValueError("Expected a local device for end-to-end measurement but got RPC")
+    device = device or create(tgt)
+    if not device.runs_models:
+        raise ValueError(f"Expected a device that runs whole models but got {device.ref.kind}")
     reference = reference or next(iter(databases))
     say = progress or (lambda text: None)
     found: dict[str, EndToEnd] = {}
@@ -133,8 +132,7 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
 
     with tempfile.TemporaryDirectory(prefix="dragon-model-") as tmp, \
             Worker(memory_limit_mb=config.memory_limit_mb) as builder, \
-            Worker(env=device.worker_env(), cpus=device.worker_cpus(),
-                   memory_limit_mb=config.memory_limit_mb) as runner:
+            device.worker(config.memory_limit_mb) as runner:
         module = os.path.join(tmp, "module.json")
         with open(module, "w", encoding="utf-8") as f:
             f.write(ir.save_json(mod))
@@ -155,8 +153,7 @@ def measure_models(mod, target: Any, databases: dict[str, str | None], *,
                 found[name] = failed(name, reply)
                 continue
             built[name] = (library, reply.build_s, reply.scheduled)
-        lock = device_lock(device.lock_name) if device.lock_name else contextlib.nullcontext()
-        with lock:
+        with device.measuring():
             outputs: dict[str, list[np.ndarray]] = {}
             for i, (name, (library, build_s, scheduled)) in enumerate(built.items()):
                 say(f"checking the outputs: {name}")

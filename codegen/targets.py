@@ -8,7 +8,7 @@ the language itself needs (``as_target``, ``as_module``, ``tvm_message``,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dragon_dsl.tvm_support import (
     TARGETS,
@@ -18,6 +18,14 @@ from dragon_dsl.tvm_support import (
     import_tensor_intrinsics,
     tvm_message,
 )
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import tvm
+
+    # What a ``target`` parameter takes: a Target, a tag, a JSON dict or a short name.
+    TargetLike: TypeAlias = tvm.target.Target | str | dict[str, Any]
 
 __all__ = ["RULE_SETS", "TARGETS", "TargetError", "as_module", "as_target", "default_rules",
            "import_tensor_intrinsics", "postproc_set", "schedule_rules", "target_dict",
@@ -32,7 +40,7 @@ RULE_SETS: dict[str, str] = {
 }
 
 
-def default_rules(target: Any) -> str:
+def default_rules(target: TargetLike) -> str:
     """The rule set MetaSchedule would use by default, without the silent tensor-core switch."""
     return "llvm" if as_target(target).kind.name == "llvm" else "cuda"
 
@@ -61,7 +69,7 @@ def schedule_rules(rules: str) -> list:
     return list(ms.ScheduleRule.create(rules))
 
 
-def target_dict(target: Any) -> dict[str, Any]:
+def target_dict(target: TargetLike) -> dict[str, Any]:
     """A target as a plain JSON dict that ``as_target`` turns back into the same target (for
     crossing into worker processes and for cache keys).
 

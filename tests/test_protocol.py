@@ -70,11 +70,20 @@ def test_devices_are_chosen_once_from_the_target():
     remote = devices.create("cuda", rpc={"tracker": "127.0.0.1:9190", "key": "h100"})
     assert isinstance(remote, devices.RPCDevice)
     assert remote.known_info() == DeviceInfo("rpc:h100", True)
-    for ref in (cpu.ref, gpu.ref, remote.ref):
-        assert type(devices.from_ref(ref)) is type(devices.create(
-            "cuda" if ref.target_kind == "cuda" else "llvm", rpc=ref.rpc))
+    assert cpu.runs_models and gpu.runs_models and not remote.runs_models
+    for device in (cpu, gpu, remote):  # inside the measuring worker, from the job's ref
+        assert type(devices.create(device.ref)) is type(device)
+        assert devices.create(device.ref) is devices.create(device.ref)  # kept per process
     with pytest.raises(ValueError, match="Expected an llvm or cuda target"):
         devices.create({"kind": "c"})
+
+
+def test_whole_models_run_only_where_the_device_says_so():
+    from codegen.model_build import measure_models
+
+    remote = devices.create("llvm", rpc={"server": "127.0.0.1:9090"})
+    with pytest.raises(ValueError, match="a device that runs whole models but got rpc"):
+        measure_models(None, "llvm", {"before": None}, device=remote)
 
 
 def test_a_gpu_less_machine_says_so():

@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dragon_dsl.errors import DragonError
 
 from ..targets import as_target, tvm_message
+
+if TYPE_CHECKING:
+    from ..targets import TargetLike
 
 __all__ = ["Artifact", "BuildError", "build", "cuda_source", "compile_cubin"]
 
@@ -33,7 +36,7 @@ class Artifact:
     source_sha: str | None = None  # sha256 of the CUDA source the cubin was compiled from
 
 
-def build(mod, target: Any, out_dir: str) -> Artifact:
+def build(mod, target: TargetLike, out_dir: str) -> Artifact:
     """Compile ``mod`` for ``target`` into ``out_dir``."""
     import tvm
 
@@ -63,7 +66,7 @@ def cuda_source(executable) -> str:
     raise BuildError("the built module holds no CUDA kernel")
 
 
-def compile_cubin(source: str, target: Any) -> bytes:
+def compile_cubin(source: str, target: TargetLike) -> bytes:
     """``nvcc`` the source to a cubin for the target's arch (no GPU needed)."""
     from tvm.support import nvcc
 

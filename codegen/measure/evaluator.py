@@ -10,7 +10,6 @@ processes, then verify and time one candidate at a time on the device, with ever
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -19,17 +18,23 @@ import shutil
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from dragon_dsl import format as canonical
+from dragon_dsl.errors import DragonError
 
 from ..targets import as_module, as_target, target_dict
 from .build import Artifact
 from .cache import Cache, cache_key
 from .config import MeasureConfig
 from .devices import Device, create
-from .locks import device_lock
 from .outcomes import Outcome, Status
 from .protocol import BuildJob, Built, DescribeJob, ReferenceJob, RunJob, WorkloadData
 from .worker import JobCrashed, JobTimeout, Worker, WorkerError
+
+if TYPE_CHECKING:
+    from ..targets import TargetLike
+    from ..workloads.workload import WorkloadLike
 
 __all__ = ["MEASURE_VERSION", "Evaluator", "workload_identity", "workload_text_hash"]
 
@@ -43,7 +48,7 @@ _STAGE_STATUS = {"parse": Status.PARSE_ERROR, "apply": Status.APPLY_ERROR,
 MEASURE_VERSION = 3
 
 
-def workload_text_hash(wl) -> str:
+def workload_text_hash(wl: WorkloadLike) -> str:
     """16 hex digits of the workload's printed TVMScript.  The identity (a structural hash)
     ignores block, buffer and loop names, which a script observes (``block "C"``), so the cache
     key needs both.  ``Workload.text_hash`` when present (printed once per workload)."""
@@ -53,7 +58,7 @@ def workload_text_hash(wl) -> str:
     return hashlib.sha256(as_module(wl).script().encode()).hexdigest()[:16]
 
 
-def workload_identity(wl) -> str:
+def workload_identity(wl: WorkloadLike) -> str:
     """The workload's structural hash as 16 hex digits (``Workload.identity`` when present)."""
     identity = getattr(wl, "identity", None)
     if identity:
@@ -87,7 +92,7 @@ class Evaluator:
     ``Cache``, a path, None (the default cache file) or False (no cache).
     """
 
-    def __init__(self, target: Any = "llvm", *, builders: int | None = None,
+    def __init__(self, target: TargetLike = "llvm", *, builders: int | None = None,
                  config: MeasureConfig | None = None, cache: Cache | str | bool | None = None,
                  rpc: dict[str, Any] | None = None, run: bool = True,
                  device: Device | None = None) -> None:
@@ -108,8 +113,7 @@ class Evaluator:
         self._all = [Worker(memory_limit_mb=self.config.memory_limit_mb) for _ in range(n)]
         for w in self._all:
             self._builders.put(w)
-        self.runner = Worker(env=self.runtime.worker_env(), cpus=self.runtime.worker_cpus(),
-                             memory_limit_mb=self.config.memory_limit_mb)
+        self.runner = self.runtime.worker(self.config.memory_limit_mb)
         self._all.append(self.runner)
         self._info = self.runtime.known_info()
 
@@ -125,11 +129,8 @@ class Evaluator:
 
     # -- the pipeline ------------------------------------------------------------------------
 
-    def evaluate(self, workload, scripts: list[str]) -> list[Outcome]:
+    def evaluate(self, workload: WorkloadLike, scripts: list[str]) -> list[Outcome]:
         """One outcome per script, in order."""
-        from dragon_dsl import format as canonical
-        from dragon_dsl.errors import DragonError
-
         items: list[_Item] = []
         for script in scripts:
             try:
@@ -141,7 +142,8 @@ class Evaluator:
                     getattr(exc, "line", None), getattr(exc, "column", None))))
         return self._run(workload, items)
 
-    def evaluate_modules(self, workload, modules: dict[str, Any]) -> dict[str, Outcome]:
+    def evaluate_modules(self, workload: WorkloadLike,
+                         modules: dict[str, Any]) -> dict[str, Outcome]:
         """Outcomes of already scheduled modules (baselines), by name."""
         import tvm
 
@@ -152,7 +154,7 @@ class Evaluator:
                                module=text))
         return dict(zip(modules, self._run(workload, items), strict=True))
 
-    def _run(self, workload, items: list[_Item]) -> list[Outcome]:
+    def _run(self, workload: WorkloadLike, items: list[_Item]) -> list[Outcome]:
         wl = WorkloadData.of(workload)
         identity = workload_identity(workload)
         observed = f"{identity}:{workload_text_hash(workload)}"
@@ -190,7 +192,7 @@ class Evaluator:
                        script=item.script, module=item.module)
         worker = self._builders.get()
         try:
-            with self._build_lock():
+            with self.runtime.building():
                 reply = worker.call(job, timeout=self.config.build_timeout_s)
         except WorkerError as exc:
             item.outcome = _from_exception(exc)
@@ -213,24 +215,12 @@ class Evaluator:
                                        build_s=item.build_s)
                 item.transient = True
             return
-        with self._measure_lock():
+        with self.runtime.measuring():
             failed = self._prepare(wl)
             for item in ready:
                 assert item.artifact is not None
                 item.outcome = failed or self._measure(wl, item.artifact, item.build_s)
                 item.transient = failed is not None
-
-    def _measure_lock(self):
-        """Exclusive use of the device while verifying and timing (other processes wait)."""
-        if not self.runtime.lock_name:
-            return contextlib.nullcontext()
-        return device_lock(self.runtime.lock_name)
-
-    def _build_lock(self):
-        """Builds share the cores a CPU device times on: they hold its lock shared."""
-        if not (self.runtime.lock_name and self.runtime.builds_contend):
-            return contextlib.nullcontext()
-        return device_lock(self.runtime.lock_name, shared=True)
 
     def _prepare(self, wl: WorkloadData) -> Outcome | None:
         """Compute the reference outputs once, under their own (generous) time limit; an

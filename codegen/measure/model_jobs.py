@@ -2,22 +2,28 @@
 applied, as users build theirs), then run and timed on the device.
 
 The parent (``codegen.model_build``) sends ``ModelBuildJob`` and ``ModelRunJob`` messages to a
-``Worker``; a model that crashes or hangs while building or running ends the job, never the
-caller.
+``Worker``, which loads the model through the ``Device`` the job names (``devices.create``); a
+model that crashes or hangs while building or running ends the job, never the caller.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from ..targets import as_target, tvm_message
+from .devices import Device, create
 from .outcomes import Status
 from .protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
+
+if TYPE_CHECKING:
+    import tvm
 
 __all__ = ["apply_database", "model_build_job", "model_run_job", "scheduled_functions"]
 
 
-def apply_database(mod, target, database: str):
+def apply_database(mod, target: tvm.target.Target, database: str):
     """``mod`` with the schedules of the MetaSchedule JSON database in directory ``database``
     applied to its PrimFuncs, as TVM's ``MetaScheduleApplyDatabase`` does in a user's flow."""
     from tvm import relax
@@ -39,8 +45,6 @@ def model_build_job(job: ModelBuildJob, stage: Callable[[str], None]) -> ModelBu
     import tvm
     from tvm import relax
 
-    from ..targets import as_target, tvm_message
-
     start = time.perf_counter()
     stage("build")
     target = as_target(job.target)
@@ -58,15 +62,15 @@ def model_build_job(job: ModelBuildJob, stage: Callable[[str], None]) -> ModelBu
 _LOADED: dict[str, tuple] = {}
 
 
-def _load(library: str, target_kind: str):
-    import tvm
+def _load(library: str, device: Device):
+    """The model's virtual machine on ``device``, and the TVM device it runs on."""
     from tvm import relax
 
     if library not in _LOADED:
         if len(_LOADED) >= 4:  # a session times a few variants in turn; keep memory flat
             _LOADED.clear()
-        dev = tvm.device("cpu" if target_kind == "llvm" else target_kind)
-        _LOADED[library] = (relax.VirtualMachine(tvm.runtime.load_module(library), dev), dev)
+        executable, dev = device.load_library(library)
+        _LOADED[library] = (relax.VirtualMachine(executable, dev), dev)
     return _LOADED[library]
 
 
@@ -82,11 +86,9 @@ def model_run_job(job: ModelRunJob, stage: Callable[[str], None]) -> ModelRan | 
     import numpy as np
     import tvm
 
-    from ..targets import tvm_message
-
     stage("load")
     try:
-        vm, dev = _load(job.library, job.device.target_kind)
+        vm, dev = _load(job.library, create(job.device))
     except Exception as exc:  # noqa: BLE001  a corrupt or unloadable library
         return Failed(Status.RUNTIME_ERROR, "load", f"cannot load the model: {tvm_message(exc)}")
     with np.load(job.inputs) as data:

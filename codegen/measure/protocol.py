@@ -19,11 +19,15 @@ import dataclasses
 import json
 import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..targets import as_module
 from .build import Artifact
 from .config import MeasureConfig
 from .outcomes import Outcome, Status
+
+if TYPE_CHECKING:
+    from ..workloads.workload import WorkloadLike
 
 __all__ = ["Applied", "ApplyJob", "Built", "BuildJob", "DescribeJob", "DeviceInfo", "DeviceRef",
            "Error", "Failed", "Message", "ModelBuildJob", "ModelBuilt", "ModelRan", "ModelRunJob",
@@ -39,10 +43,8 @@ class WorkloadData:
     ir: str
 
     @classmethod
-    def of(cls, workload: Any) -> WorkloadData:
+    def of(cls, workload: WorkloadLike) -> WorkloadData:
         import tvm
-
-        from ..targets import as_module
 
         return cls(str(getattr(workload, "spec", "")), tvm.ir.save_json(as_module(workload)))
 
@@ -51,7 +53,7 @@ class WorkloadData:
 class DeviceRef:
     """Where built kernels run (``codegen.measure.devices.create`` makes the Device)."""
 
-    kind: str                       # "cpu", "cuda" or "rpc"
+    kind: str                       # a key of ``devices.KINDS``: "cpu", "cuda" or "rpc"
     target_kind: str                # the target's kind: "llvm" or "cuda"
     rpc: dict[str, Any] | None = None
 

@@ -15,6 +15,7 @@ reaches the same tracker through its ``RPCRunner`` (``metaschedule_best(runner=.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,8 +77,6 @@ class LocalTracker:
         return self
 
     def _wait_for_server(self, timeout: float = 60.0) -> None:
-        import time
-
         from tvm import rpc as tvm_rpc
 
         deadline = time.monotonic() + timeout

@@ -4,8 +4,14 @@ output buffers, and tolerances per dtype."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ..workloads.inspect import blocks, index_extents, main_func
+
+if TYPE_CHECKING:
+    from ..workloads.workload import WorkloadLike
 
 __all__ = ["Comparison", "Param", "TOLERANCES", "compare", "make_inputs", "params_of", "poison"]
 
@@ -28,11 +34,9 @@ class Param:
     index_extent: int | None = None  # indices into an axis of this extent (a gather's)
 
 
-def params_of(workload) -> list[Param]:
+def params_of(workload: WorkloadLike) -> list[Param]:
     """The kernel's parameters, with the outputs being those some block writes (the last
     parameter when no block says)."""
-    from ..workloads.inspect import blocks, index_extents, main_func
-
     func = main_func(workload)
     written = [buffer for block in blocks(func) for buffer in block.writes]
     indices = index_extents(func)

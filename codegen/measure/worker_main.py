@@ -18,10 +18,21 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
+import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from dragon_dsl.errors import DragonError, DslSyntaxError
+from dragon_dsl.live import apply_script
+
+from ..apply import apply
+from ..targets import as_target, tvm_message
+from .build import BuildError, build
+from .devices import create
+from .guards import FILLS, GuardedArgs
+from .model_jobs import model_build_job, model_run_job
 from .outcomes import Outcome, Status
 from .protocol import (
     Applied,
@@ -45,6 +56,8 @@ from .protocol import (
     decode,
     encode,
 )
+from .timing import median_and_spread, time_kernel
+from .verify import compare, make_inputs, params_of
 
 __all__ = ["decode_workload", "serve"]
 
@@ -83,10 +96,6 @@ def _failure(status: Status, stage: str, exc: BaseException) -> Failed:
 
 def _apply(job: ApplyJob | BuildJob, mod):
     """The scheduled module, or the Failed that says why the script does not give one."""
-    from dragon_dsl.errors import DragonError, DslSyntaxError
-
-    from ..apply import apply
-
     try:
         return apply(job.script, mod, job.target)
     except DslSyntaxError as exc:
@@ -100,11 +109,6 @@ def _apply(job: ApplyJob | BuildJob, mod):
 
 
 def _apply_stepwise(job: ApplyJob, mod) -> Applied | Failed:
-    from dragon_dsl.errors import DragonError, DslSyntaxError
-    from dragon_dsl.live import apply_script
-
-    from ..targets import as_target
-
     try:
         live = apply_script(job.script, mod, as_target(job.target))
     except DslSyntaxError as exc:
@@ -120,8 +124,6 @@ def _apply_stepwise(job: ApplyJob, mod) -> Applied | Failed:
 
 def build_job(job: BuildJob) -> Built | Failed:
     import tvm
-
-    from .build import BuildError, build
 
     start = time.perf_counter()
     mod = decode_workload(job.workload)
@@ -153,8 +155,6 @@ def _reference(workload: WorkloadData, seed: int):
     import numpy as np
     import tvm
 
-    from .verify import make_inputs, params_of
-
     key = (workload.ir, seed)
     if key not in _REFERENCES:
         _REFERENCES.clear()
@@ -179,15 +179,10 @@ def reference_job(job: ReferenceJob) -> Ready:
 def run_job(job: RunJob) -> Outcome:
     import tvm
 
-    from ..targets import tvm_message
-    from .devices import from_ref
-    from .guards import FILLS
-    from .timing import median_and_spread, time_kernel
-
     config = job.config
     _stage("reference")
     params, inputs, references = _reference(job.workload, config.seed)
-    device = from_ref(job.device)
+    device = create(job.device)
     _stage("load")
     try:
         rt_mod, dev = device.load(job.artifact)
@@ -222,10 +217,6 @@ def _verify(rt_mod, dev, guards: bool, fill, params, inputs, references,
     ``fields`` receives the errors measured (the worst over the runs)."""
     import tvm
 
-    from ..targets import tvm_message
-    from .guards import GuardedArgs
-    from .verify import compare
-
     try:
         guarded = GuardedArgs(inputs, dev, fill) if guards else None
         tensors = guarded.tensors if guarded else [tvm.runtime.tensor(a, dev) for a in inputs]
@@ -256,14 +247,10 @@ def _verify(rt_mod, dev, guards: bool, fill, params, inputs, references,
 
 
 def describe_job(job: DescribeJob) -> DeviceInfo:
-    from .devices import from_ref
-
-    return from_ref(job.device).describe()
+    return create(job.device).describe()
 
 
 def _model_job(job):
-    from .model_jobs import model_build_job, model_run_job
-
     return (model_build_job if isinstance(job, ModelBuildJob) else model_run_job)(job, _stage)
 
 
@@ -290,14 +277,10 @@ def serve(reader: Connection, writer: Connection) -> None:
             job = decode(raw)
             send(JOBS[type(job)](job))
         except Exception as exc:  # noqa: BLE001  reported to the parent, the worker lives on
-            import traceback
-
             send(Error(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=5)}"))
 
 
 def _exit_with_parent() -> None:
-    import threading
-
     parent = os.getppid()
 
     def watch() -> None:

@@ -23,12 +23,14 @@ import os
 import tempfile
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import dragon_dsl
 from dragon_dsl.errors import DragonError
 
 from ..measure.cache import cache_root
 from ..measure.config import MeasureConfig
+from ..measure.devices import create as create_device
 from ..targets import (
     as_module,
     as_target,
@@ -37,6 +39,10 @@ from ..targets import (
     schedule_rules,
     tvm_message,
 )
+
+if TYPE_CHECKING:
+    from ..targets import TargetLike
+    from ..workloads.workload import WorkloadLike
 
 __all__ = [
     "BASELINES",
@@ -82,7 +88,7 @@ def _is_gpu(tgt) -> bool:
     return "gpu" in [str(key) for key in tgt.keys]
 
 
-def _spec(workload: Any) -> str:
+def _spec(workload: WorkloadLike) -> str:
     return str(getattr(workload, "spec", "the workload"))
 
 
@@ -104,7 +110,7 @@ def _apply_dlight(mod, tgt, names: tuple[str, ...], family: str):
     return out, attrs is not None and "tirx.is_scheduled" in attrs
 
 
-def unscheduled(workload: Any, target: Any):
+def unscheduled(workload: WorkloadLike, target: TargetLike):
     """The workload without optimisation; on a GPU, DLight's Fallback, which only makes it legal.
 
     >>> from codegen.workloads import workload
@@ -121,7 +127,7 @@ def unscheduled(workload: Any, target: Any):
     return out
 
 
-def rule_based(workload: Any, target: Any):
+def rule_based(workload: WorkloadLike, target: TargetLike):
     """TVM's rule-based default schedule (DLight).
 
     Raises BaselineUnavailable on llvm when neither CPU rule (GEMV, Reduction) matches.
@@ -155,13 +161,11 @@ def _memo_key(mod, tgt, rules: str, trials: int, seed: int) -> tuple[str, dict]:
     return key, fields
 
 
-def _memo_load(path: str, workload: Any, tgt) -> BestResult | None:
+def _memo_load(path: str, workload: WorkloadLike, tgt) -> BestResult | None:
     """The memoised result, or None on a miss; a file that cannot be used is a warned miss."""
     if not os.path.exists(path):
         return None
     from tvm.s_tir.schedule import Schedule
-
-    import dragon_dsl
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -217,16 +221,16 @@ def _cost_model() -> str:
 
 
 def _device_present(tgt) -> bool:
-    import tvm
-
+    """Whether this machine has the device MetaSchedule's local runner would measure on."""
     try:
-        return bool(tvm.device(tgt.kind.name, 0).exist)
-    except Exception:  # noqa: BLE001  a runtime built without this device kind
+        return create_device(tgt).describe().available
+    except Exception:  # noqa: BLE001  no local device for this target, or no runtime for it
         return False
 
 
-def metaschedule_best(workload: Any, target: Any, trials: int = 64, rules: str | None = None,
-                      work_dir: str | None = None, seed: int = 0, *, builder: Any = None,
+def metaschedule_best(workload: WorkloadLike, target: TargetLike, trials: int = 64,
+                      rules: str | None = None, work_dir: str | None = None, seed: int = 0, *,
+                      builder: Any = None,
                       runner: Any = None, cost_model: str | None = None,
                       cache_dir: str | None = None) -> BestResult:
     """Tune with ``tvm.s_tir.meta_schedule.tune_tir`` and return the best measured schedule.
@@ -246,8 +250,6 @@ def metaschedule_best(workload: Any, target: Any, trials: int = 64, rules: str |
     >>> best.script.splitlines()[-1]  # doctest: +SKIP
     'postproc auto llvm'
     """
-    import dragon_dsl
-
     mod = as_module(workload)
     tgt = as_target(target)
     rules = rules or default_rules(tgt)
@@ -313,7 +315,7 @@ def _tune(mod, tgt, rules: str, trials: int, work_dir: str, seed: int, builder, 
 BASELINES: tuple[str, ...] = ("unscheduled", "default", "metaschedule")
 
 
-def baselines(workload: Any, target: Any, trials: int = 64,
+def baselines(workload: WorkloadLike, target: TargetLike, trials: int = 64,
               names: tuple[str, ...] | list[str] = BASELINES, progress: Any = None,
               **tune_options: Any) -> dict[str, Any]:
     """The baselines ``names`` (from ``BASELINES``) by name: each a scheduled IRModule, or the

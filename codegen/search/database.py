@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import dragon_dsl
 
 from ..targets import as_module, as_target
+
+if TYPE_CHECKING:
+    from ..targets import TargetLike
 
 __all__ = ["DatabaseRecord", "read_database", "write_database"]
 
@@ -36,12 +41,10 @@ def _database(work_dir: str):
     return ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
 
 
-def write_database(work_dir: str, records: list[DatabaseRecord], target: Any) -> int:
+def write_database(work_dir: str, records: list[DatabaseRecord], target: TargetLike) -> int:
     """Commit ``records`` to the MetaSchedule JSON database in ``work_dir`` (made when missing;
     records already there stay); returns how many were written."""
     from tvm.s_tir import meta_schedule as ms
-
-    import dragon_dsl
 
     tgt = as_target(target)
     os.makedirs(work_dir, exist_ok=True)

@@ -8,9 +8,12 @@ rule set's postprocessors.
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..targets import as_target, import_tensor_intrinsics, postproc_set, schedule_rules
+
+if TYPE_CHECKING:
+    from ..targets import TargetLike
 
 __all__ = ["SearchSpace", "search_space", "sample_traces"]
 
@@ -18,7 +21,7 @@ __all__ = ["SearchSpace", "search_space", "sample_traces"]
 class SearchSpace:
     """The design spaces of one workload on one target under one rule set."""
 
-    def __init__(self, mod, target: Any, rules: str) -> None:
+    def __init__(self, mod, target: TargetLike, rules: str) -> None:
         import tvm
         from tvm.s_tir import meta_schedule as ms
 
@@ -62,7 +65,7 @@ class SearchSpace:
 _SPACES: dict[tuple[int, str, str], SearchSpace] = {}
 
 
-def search_space(mod, target: Any, rules: str) -> SearchSpace:
+def search_space(mod, target: TargetLike, rules: str) -> SearchSpace:
     """A SearchSpace, shared within the process: the first generation in a process costs 15-25 s."""
     import tvm
     import tvm_ffi
@@ -75,7 +78,8 @@ def search_space(mod, target: Any, rules: str) -> SearchSpace:
     return _SPACES[key]
 
 
-def sample_traces(mod, target: Any, rules: str, n: int, seed: int = 0, max_tries: int = 50) -> list:
+def sample_traces(mod, target: TargetLike, rules: str, n: int, seed: int = 0,
+                  max_tries: int = 50) -> list:
     """Up to ``n`` post-processed traces with random decisions."""
     space = search_space(mod, target, rules)
     traces = []

@@ -14,9 +14,12 @@ outputs) all describe a kernel by its blocks and loops, and a script names the s
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..targets import as_module
+
+if TYPE_CHECKING:
+    from .workload import WorkloadLike
 
 __all__ = ["Block", "Loop", "blocks", "index_extents", "main_func", "root_block"]
 
@@ -43,7 +46,7 @@ class Block:
     block: Any               # the s_tir.SBlock
 
 
-def main_func(workload: Any):
+def main_func(workload: WorkloadLike):
     """The workload's PrimFunc ``main`` (a Workload, IRModule or PrimFunc)."""
     mod = as_module(workload)
     names = [gv.name_hint for gv in mod.functions]
@@ -52,7 +55,7 @@ def main_func(workload: Any):
     return mod["main"]
 
 
-def root_block(workload: Any):
+def root_block(workload: WorkloadLike):
     """The root block of ``main``, or None for a function written without one."""
     from tvm import s_tir
 
@@ -60,7 +63,7 @@ def root_block(workload: Any):
     return body.block if isinstance(body, s_tir.SBlockRealize) else None
 
 
-def blocks(workload: Any) -> list[Block]:
+def blocks(workload: WorkloadLike) -> list[Block]:
     """Every block under the root, nested ones included, in program order."""
     root = root_block(workload)
     found: list[Block] = []

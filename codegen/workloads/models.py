@@ -11,9 +11,14 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..targets import as_target
 from .model_zoo import MODELS, ModelEntry, Preset
+from .workload import Workload
+
+if TYPE_CHECKING:
+    from ..targets import TargetLike
 
 __all__ = ["MODELS", "ModelTask", "extract_tasks", "import_model", "model_spec",
            "model_workload", "module_tasks", "parse_model_spec", "prepare_module"]
@@ -36,8 +41,6 @@ class ModelTask:
     @property
     def workload(self):
         """The task as a ``codegen.workloads.Workload``."""
-        from .workload import Workload
-
         return Workload(spec=self.spec, mod=self.mod)
 
     def __str__(self) -> str:
@@ -154,7 +157,7 @@ def parse_model_spec(spec: str, task: bool = True) -> dict[str, Any]:
     return kwargs
 
 
-def extract_tasks(name: str, preset: str = "tiny", target: Any = "llvm", batch: int = 1,
+def extract_tasks(name: str, preset: str = "tiny", target: TargetLike = "llvm", batch: int = 1,
                   seq: int | None = None) -> list[ModelTask]:
     """The model's distinct tasks, as MetaSchedule's Relax integration extracts them for target.
 
@@ -166,14 +169,12 @@ def extract_tasks(name: str, preset: str = "tiny", target: Any = "llvm", batch: 
                         lambda i: model_spec(name, preset, i, batch, seq))
 
 
-def module_tasks(mod, target: Any = "llvm", spec_of=None) -> list[ModelTask]:
+def module_tasks(mod, target: TargetLike = "llvm", spec_of=None) -> list[ModelTask]:
     """The distinct tasks of a prepared Relax module (``prepare_module``), deduplicated by
     structural hash, in the order ``main`` first calls them; ``spec_of(i)`` names task ``i``
     (by default ``module(task=i)``)."""
     import tvm_ffi
     from tvm.s_tir.meta_schedule.relax_integration import extract_tasks as ms_extract
-
-    from ..targets import as_target
 
     spec_of = spec_of or (lambda i: f"module(task={i})")
     order = _call_order(mod)

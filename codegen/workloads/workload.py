@@ -7,8 +7,14 @@ It has a module of its own so that the spec parser (``specs``) and the model imp
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    import tvm
 
 __all__ = ["Workload"]
 
@@ -36,9 +42,12 @@ class Workload:
     def text_hash(self) -> str:
         """16 hex digits of the printed TVMScript: unlike the identity, it sees the block,
         buffer and loop names a script refers to (part of the measurement cache key)."""
-        import hashlib
-
         return hashlib.sha256(self.mod.script().encode()).hexdigest()[:16]
 
     def __str__(self) -> str:
         return self.spec
+
+
+if TYPE_CHECKING:
+    # What a ``workload`` parameter takes: a Workload, or an IRModule or PrimFunc (``as_module``).
+    WorkloadLike: TypeAlias = Workload | tvm.IRModule | tvm.tirx.PrimFunc
