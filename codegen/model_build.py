@@ -34,7 +34,7 @@ from .measure.model_jobs import apply_database
 from .measure.protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
 from .measure.verify import compare
 from .measure.worker import JobTimeout, Worker, WorkerError
-from .targets import as_target, target_dict
+from .targets import as_target, native_log, target_dict
 
 if TYPE_CHECKING:
     from .targets import TargetLike
@@ -74,7 +74,8 @@ def build_model(mod, target: TargetLike = "llvm", database: str | None = None):
     tgt = as_target(target)
     if database is not None:
         mod = apply_database(mod, tgt, database)
-    return relax.build(mod, tgt)
+    with native_log():
+        return relax.build(mod, tgt)
 
 
 def model_inputs(mod, seed: int = 0) -> list[np.ndarray]:

@@ -16,6 +16,7 @@ from dragon_dsl.tvm_support import (
     as_module,
     as_target,
     import_tensor_intrinsics,
+    native_log,
     tvm_message,
 )
 
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
     TargetLike: TypeAlias = tvm.target.Target | str | dict[str, Any]
 
 __all__ = ["RULE_SETS", "TARGETS", "TargetError", "as_module", "as_target", "default_rules",
-           "import_tensor_intrinsics", "postproc_set", "schedule_rules", "target_dict",
-           "tvm_message"]
+           "import_tensor_intrinsics", "native_log", "postproc_set", "schedule_rules",
+           "target_dict", "tvm_message"]
 
 # Rule set name -> postprocessor set name (Postproc.create kind).
 RULE_SETS: dict[str, str] = {

@@ -8,12 +8,19 @@ a fast import of TVM's tensor intrinsics.  ``codegen.targets`` re-exports them f
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import DragonError
 
 __all__ = ["TARGETS", "TargetError", "as_module", "as_target", "import_tensor_intrinsics",
-           "tvm_message"]
+           "native_log", "tvm_message"]
 
 
 class TargetError(DragonError, ValueError):
@@ -96,3 +103,53 @@ def import_tensor_intrinsics() -> None:
         import tvm.s_tir.tensor_intrin  # noqa: F401
     finally:
         inspect.getmodule = original
+
+
+# TVM's C++ log line: "[22:42:39] /path/file.h:1261: Warning: message".
+_NATIVE_LINE = re.compile(r"^\[\d{2}:\d{2}:\d{2}\] (?P<where>\S+:\d+): "
+                          r"(?P<level>Warning|Error|Info|Debug): (?P<message>.*)$")
+_NATIVE_LEVELS = {"Warning": logging.WARNING, "Error": logging.ERROR, "Info": logging.INFO,
+                  "Debug": logging.DEBUG}
+_NATIVE_SEEN: set[tuple[str, str]] = set()
+LOG = logging.getLogger("tvm")
+
+
+@contextlib.contextmanager
+def native_log() -> Iterator[None]:
+    """TVM's native log while the block runs, routed through ``logging`` (logger ``tvm``): TVM's
+    C++ writes to file descriptor 2, so the descriptor is captured for the block, each kind of
+    message (place and text) is logged once per process at its level, and any other output is
+    written to standard error unchanged.  Legalizing a model's ``take`` prints the same warning
+    once per gather, per import, per process otherwise.
+
+    >>> with native_log():
+    ...     pass
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            _route(capture.read().decode("utf-8", errors="replace"))
+
+
+def _route(text: str) -> None:
+    passed = []
+    for line in text.splitlines(keepends=True):
+        found = _NATIVE_LINE.match(line.rstrip("\n"))
+        if found is None:
+            passed.append(line)
+            continue
+        kind = (found["where"], found["message"])
+        if kind not in _NATIVE_SEEN:
+            _NATIVE_SEEN.add(kind)
+            LOG.log(_NATIVE_LEVELS[found["level"]], "%s (%s)", found["message"], found["where"])
+    if passed:
+        sys.stderr.write("".join(passed))
+        sys.stderr.flush()

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..targets import as_target, tvm_message
+from ..targets import as_target, native_log, tvm_message
 from .devices import Device, create
 from .outcomes import Status
 from .protocol import Failed, ModelBuildJob, ModelBuilt, ModelRan, ModelRunJob
@@ -53,7 +53,8 @@ def model_build_job(job: ModelBuildJob, stage: Callable[[str], None]) -> ModelBu
     try:
         if job.database is not None:
             mod = apply_database(mod, target, job.database)
-        relax.build(mod, target).export_library(job.out)
+        with native_log():
+            relax.build(mod, target).export_library(job.out)
     except Exception as exc:  # noqa: BLE001  TVM reports build failures in many classes
         return Failed(Status.BUILD_ERROR, "build", tvm_message(exc))
     return ModelBuilt(time.perf_counter() - start, len(scheduled_functions(mod)))

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..targets import as_target
+from ..targets import as_target, native_log
 from .model_zoo import MODELS, ModelEntry, Preset
 from .workload import Workload
 
@@ -92,7 +92,7 @@ def prepare_module(mod):
     import tvm
     from tvm import relax
 
-    return tvm.transform.Sequential([
+    passes = tvm.transform.Sequential([
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
         relax.transform.LegalizeOps(),
@@ -100,7 +100,9 @@ def prepare_module(mod):
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
         relax.transform.FuseTIR(),
-    ])(mod)
+    ])
+    with native_log():  # legalizing a gather (take) warns once per gather otherwise
+        return passes(mod)
 
 
 def _cumsum(node, importer):
