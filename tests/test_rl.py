@@ -120,6 +120,31 @@ def test_resume_continues_from_the_last_checkpoint(rl_run, tmp_path):
     after = [r for r in _metrics(copy)[before:] if "loss" in r]
     assert [r["step"] for r in after] == [STEPS + 1]
     assert (copy / "final" / "config.json").is_file()
+    # The optimizer went on from the checkpoint's state: Adam has taken STEPS + 1 steps.
+    import torch
+
+    saved = torch.load(copy / "checkpoints" / f"checkpoint-{STEPS + 1}" / "optimizer.pt",
+                       weights_only=False)
+    assert {int(s["step"]) for s in saved["state"].values()} == {STEPS + 1}
+
+
+def test_a_run_killed_after_its_last_checkpoint_resumes_to_its_weights(rl_run, tmp_path):
+    # As an uninterrupted run ends: the final model is the last checkpoint's weights, not the
+    # SFT model's; nothing more is trained.
+    import torch
+    from safetensors.torch import load_file
+
+    copy = tmp_path / "run"
+    shutil.copytree(rl_run.run_dir, copy)
+    shutil.rmtree(copy / "final")
+    result = run_rl(resumed_rl_config(copy), resume=True, progress=False)
+    assert result.steps == STEPS
+    last = load_file(copy / "checkpoints" / f"checkpoint-{STEPS}" / "model.safetensors")
+    final = load_file(Path(result.final_dir) / "model.safetensors")
+    uninterrupted = load_file(Path(rl_run.final_dir) / "model.safetensors")
+    assert last.keys() == final.keys()
+    assert all(torch.equal(final[k], last[k]) and torch.equal(final[k], uninterrupted[k])
+               for k in last)
 
 
 # ---- runs that cannot start ----------------------------------------------------------------
