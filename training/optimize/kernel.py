@@ -174,7 +174,7 @@ class OptimizeResult:
         "default") when both were timed together at the end; None unless both are correct."""
         theirs = self.final.get(baseline)
         return speedup(theirs.latency_s if theirs is not None and theirs.ok else None,
-                     self.latency_s)
+                       self.latency_s)
 
     def as_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "target": self.target, "device": self.device,
