@@ -5,7 +5,8 @@
   the one walk over blocks and loops);
 - ``codegen.apply``: a script applied to a kernel;
 - ``codegen.measure``: build, verify and time candidates in isolated workers, on a Device;
-- ``codegen.search``: MetaSchedule design spaces, sampled traces, baselines;
+- ``codegen.search``: MetaSchedule design spaces, sampled traces, baselines, the rival search;
+- ``codegen.measured``: candidates measured beside the baselines, ``speedup``;
 - ``codegen.bench``: scripts and baselines measured in one session (``dragon bench``);
 - ``codegen.cli``: the ``dragon`` subcommands ``workloads``, ``apply``, ``bench``, ``demo``.
 """

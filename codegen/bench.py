@@ -18,27 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .measure import Cache, Evaluator, MeasureConfig, Outcome
-from .search.baselines import BASELINES, BaselineUnavailable
-from .search.baselines import baselines as make_baselines
+from .measure import Cache, Evaluator, MeasureConfig
+from .measured import BASELINES, UNTUNED, Row, make_baselines, measure_beside, speedup
 from .targets import as_target
 
 __all__ = ["BASELINES", "BenchReport", "BenchRow", "bench"]
 
-
-@dataclass(frozen=True)
-class BenchRow:
-    """One script or baseline: its outcome, or why the baseline does not exist here."""
-
-    name: str
-    outcome: Outcome | None
-    baseline: bool = False
-    unavailable: str = ""   # set when outcome is None
-
-    def as_dict(self) -> dict[str, Any]:
-        if self.outcome is None:
-            return {"name": self.name, "status": "unavailable", "message": self.unavailable}
-        return {"name": self.name, **self.outcome.as_dict()}
+# A bench row is the row every comparison with the baselines uses.
+BenchRow = Row
 
 
 @dataclass(frozen=True)
@@ -47,7 +34,7 @@ class BenchReport:
     target: str          # the target's kind
     device: str          # where it was measured
     config: MeasureConfig
-    rows: tuple[BenchRow, ...]
+    rows: tuple[Row, ...]
 
     @property
     def baselines(self) -> list[str]:
@@ -55,18 +42,15 @@ class BenchReport:
         return [r.name for r in self.rows if r.baseline and r.outcome is not None]
 
     @property
-    def scripts(self) -> list[BenchRow]:
+    def scripts(self) -> list[Row]:
         return [r for r in self.rows if not r.baseline]
 
-    def row(self, name: str) -> BenchRow:
+    def row(self, name: str) -> Row:
         return next(r for r in self.rows if r.name == name)
 
     def speedup(self, name: str, baseline: str) -> float | None:
         """How many times faster ``name`` ran than ``baseline``; None unless both are correct."""
-        mine, theirs = self.row(name).outcome, self.row(baseline).outcome
-        if not (mine and theirs and mine.ok and theirs.ok and mine.latency_s):
-            return None
-        return theirs.latency_s / mine.latency_s
+        return speedup(self.row(baseline).latency_s, self.row(name).latency_s)
 
     def as_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "target": self.target, "device": self.device,
@@ -74,7 +58,7 @@ class BenchReport:
 
 
 def bench(workload: Any, scripts: dict[str, str], target: Any = "llvm", *,
-          baselines: tuple[str, ...] | list[str] = ("unscheduled", "default"),
+          baselines: tuple[str, ...] | list[str] = UNTUNED,
           trials: int = 64, config: MeasureConfig | None = None,
           cache: Cache | str | bool | None = None, builders: int | None = None,
           rpc: dict[str, Any] | None = None,
@@ -87,23 +71,9 @@ def bench(workload: Any, scripts: dict[str, str], target: Any = "llvm", *,
     with Evaluator(tgt, config=config, cache=cache, builders=builders, rpc=rpc) as ev:
         # tune_tir logs its task table to stdout, which belongs to the caller's output
         with contextlib.redirect_stdout(sys.stderr):
-            made = _make_baselines(workload, tgt, list(baselines), trials, say)
-        modules = {name: mod for name, mod in made.items()
-                   if not isinstance(mod, BaselineUnavailable)}
-        say(f"building and measuring {len(scripts)} script(s) and {len(modules)} baseline(s) "
-            f"on {ev.device} ...")
-        measured = ev.evaluate_modules(workload, modules) if modules else {}
-        outcomes = ev.evaluate(workload, list(scripts.values())) if scripts else []
+            made = make_baselines(workload, tgt, list(baselines), trials=trials, progress=say)
+        say(f"building and measuring {len(scripts)} script(s) and {made.available} "
+            f"baseline(s) on {ev.device} ...")
+        rows = measure_beside(ev, workload, scripts, made)
         device = ev.device
-    rows = [BenchRow(name, measured.get(name), True,
-                     "" if name in measured else str(made[name])) for name in made]
-    rows += [BenchRow(name, outcome) for name, outcome in zip(scripts, outcomes, strict=True)]
-    return BenchReport(str(getattr(workload, "spec", "")), tgt.kind.name, device, config,
-                       tuple(rows))
-
-
-def _make_baselines(workload, tgt, names: list[str], trials: int, say) -> dict[str, Any]:
-    made = make_baselines(workload, tgt, trials=trials, names=names, progress=say)
-    # The tuned baseline is labelled with its budget: metaschedule(64).
-    return {(f"metaschedule({trials})" if name == "metaschedule" else name): value
-            for name, value in made.items()}
+    return BenchReport(str(getattr(workload, "spec", "")), tgt.kind.name, device, config, rows)

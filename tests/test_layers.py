@@ -18,7 +18,8 @@ PACKAGES = ("dragon_dsl", "codegen", "training")
 # are their own layer.
 LAYERS = {
     "codegen": ["codegen.targets", "codegen.workloads", "codegen.apply", "codegen.measure",
-                "codegen.search", "codegen.bench", "codegen.model_build", "codegen.cli"],
+                "codegen.search", "codegen.measured", "codegen.bench", "codegen.model_build",
+                "codegen.cli"],
     "training": ["training.prompts", "training.grammars", "training.models", "training.sampling",
                  "training.optimize", "training.datagen", "training.train", "training.evaluate",
                  "training.cli"],

@@ -188,11 +188,12 @@ def test_the_report_shows_the_rounds_the_script_and_what_was_timed(result):
 def test_the_report_without_a_correct_script_or_a_rule_based_default():
     """Assembled from outcomes: the cases a tiny model rarely produces."""
     from codegen.measure import Outcome, Status
+    from codegen.measured import Row
     from training.cli.optimize import format_report
-    from training.optimize.kernel import Baseline, Candidate, OptimizeResult, Round, Start
+    from training.optimize.kernel import Candidate, OptimizeResult, Round, Start
 
-    start = Start((Baseline("unscheduled", Outcome(Status.CORRECT, latency_s=2e-3)),
-                   Baseline("default", None, "no DLight CPU rule matches")), None, 1)
+    start = Start((Row("unscheduled", Outcome(Status.CORRECT, latency_s=2e-3)),
+                   Row("default", None, "no DLight CPU rule matches")), None, 1)
     wrong = Candidate("postproc auto llvm\n", Outcome(Status.INCORRECT, "verify", "max err"), 0)
     failed = OptimizeResult(SPEC, "llvm", "cpu", OptimizeConfig(k=1, rounds=0), start,
                             (Round(0, "construction", None, 1, 1, 0, None, None),), (wrong,),

@@ -27,8 +27,7 @@ from codegen.workloads.models import (
 )
 from codegen.workloads.relax_files import load_module_file
 from dragon_dsl.cli import main
-from training.optimize.kernel import OptimizeError
-from training.optimize.model import split_budget
+from training.optimize.budget import OptimizeError, split_budget
 
 MLP = str(Path(__file__).parent / "data" / "relax_mlp.py")
 TARGET = {"kind": "llvm", "num-cores": 2}

@@ -23,7 +23,7 @@ from dragon_dsl.cli_kit import (
 )
 
 from ..measure.config import MeasureConfig
-from ..search.baselines import BASELINES
+from ..measured import BASELINES, UNTUNED
 
 __all__ = ["format_table", "register"]
 
@@ -175,9 +175,9 @@ def register(subparsers) -> None:
     p.add_argument("scripts", nargs="*", help=".dragon files (- for standard input)")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")
-    p.add_argument("--baselines", default="unscheduled,default",
+    p.add_argument("--baselines", default=",".join(UNTUNED),
                    help=f"comma-separated, from {','.join(BASELINES)}, or none "
-                        "(default: unscheduled,default)")
+                        f"(default: {','.join(UNTUNED)})")
     p.add_argument("--trials", type=int, default=64,
                    help="MetaSchedule trial budget (default: 64)")
     add_config_arguments(p, MeasureConfig, aliases={"run_timeout_s": ("--timeout",)})

@@ -4,6 +4,8 @@ schedules (unscheduled, DLight's rules, MetaSchedule's tuned best) scripts are c
 - ``space.py``: ``SearchSpace``, ``sample_traces`` (every trace in the project comes from here);
 - ``tune.py``: ``search``, MetaSchedule's evolutionary search with every candidate measured
   by an ``Evaluator`` (the source of ``dragon datagen``'s records);
+- ``rival.py``: ``rival_search``, that search at an equal budget, every attempt kept and the best
+  derived (what ``dragon demo``, ``dragon optimize MODEL`` and ``dragon eval`` compare with);
 - ``baselines.py``: ``unscheduled``, ``rule_based``, ``metaschedule_best`` and ``baselines``
   (all three by name; reach it as ``codegen.search.baselines.baselines``).
 
@@ -12,17 +14,20 @@ May import ``dragon_dsl``, ``codegen.targets``, ``codegen.workloads`` and
 """
 
 from .baselines import BaselineUnavailable, BestResult, metaschedule_best, rule_based, unscheduled
+from .rival import Attempt, RivalResult, rival_search
 from .space import SearchSpace, sample_traces, search_space
-from .tune import Round, SearchConfig, best_of_search, search
+from .tune import Round, SearchConfig, search
 
 __all__ = [
+    "Attempt",
     "BaselineUnavailable",
     "BestResult",
+    "RivalResult",
     "Round",
     "SearchConfig",
     "SearchSpace",
-    "best_of_search",
     "metaschedule_best",
+    "rival_search",
     "rule_based",
     "sample_traces",
     "search",

@@ -22,8 +22,7 @@ from typing import Any
 from ..measure.outcomes import Outcome, Status
 from ..targets import as_module, as_target, default_rules, postproc_set, schedule_rules
 
-__all__ = ["FAILED_RUN_SECS", "Round", "SearchConfig", "best_of_search", "cost_model_name",
-           "search"]
+__all__ = ["FAILED_RUN_SECS", "Round", "SearchConfig", "cost_model_name", "search"]
 
 # MetaSchedule's latency for a candidate that did not run (AddToDatabase's kMaxMeanTime).
 FAILED_RUN_SECS = 1e10
@@ -161,27 +160,3 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
     finally:
         ctx.post_tuning()
 
-
-def best_of_search(workload: Any, target: Any, evaluator: Any, trials: int, *, seed: int = 0,
-                   population: int = 512, per_round: int | None = None,
-                   rules: str | None = None,
-                   work_dir: str | None = None) -> tuple[str | None, Any, list[Round]]:
-    """MetaSchedule at a budget: ``trials`` candidates searched and measured by ``evaluator``;
-    the fastest correct one's script and outcome (``(None, None, rounds)`` when none was
-    correct), and the rounds (``per_round`` candidates each, all at once by default).  What
-    "MetaSchedule given the same number of measurements" means wherever a model's search is
-    compared with it; ``work_dir`` keeps TVM's JSON database of the search.
-
-    >>> from codegen.measure import Evaluator                         # doctest: +SKIP
-    >>> with Evaluator("llvm", cache=False) as ev:                    # doctest: +SKIP
-    ...     script, outcome, _ = best_of_search(workload("softmax()"), "llvm", ev, 8)
-    """
-    rounds = list(search(workload, target, evaluator,
-                         SearchConfig(trials=trials, per_round=per_round or trials, seed=seed,
-                                      population=population), rules=rules, work_dir=work_dir))
-    measured = [(s, o) for r in rounds for s, o in zip(r.scripts, r.outcomes, strict=True)
-                if s is not None and o.ok]
-    if not measured:
-        return None, None, rounds
-    script, outcome = min(measured, key=lambda pair: pair[1].latency_s)
-    return script, outcome, rounds

@@ -58,6 +58,8 @@ def default_out(wl) -> str:
 
 def format_report(result, out: str | None) -> str:
     """The rounds, the best script, its speedups and the kernels timed, for people."""
+    from codegen.measured import speedup
+
     start = result.start
     unscheduled = start.baseline("unscheduled").latency_s
     budget = f" of a budget of {result.config.budget}" if result.config.budget else ""
@@ -71,13 +73,13 @@ def format_report(result, out: str | None) -> str:
     if start.given is not None:
         rows.append(["given", "-", "1", "1", "1", format_latency(start.given.latency_s),
                      format_latency(start.given.latency_s),
-                     format_ratio(unscheduled / start.given.latency_s if unscheduled else None)])
+                     format_ratio(speedup(unscheduled, start.given.latency_s))])
     for r in result.rounds:
         prompt = r.prompt if r.prompt_latency_s is None else \
             f"refine {format_latency(r.prompt_latency_s)}"
         rows.append([str(r.index), prompt, str(r.attempts), str(r.measured), str(r.correct),
                      format_latency(r.round_best_s), format_latency(r.best_s),
-                     format_ratio(unscheduled / r.best_s if unscheduled and r.best_s else None)])
+                     format_ratio(speedup(unscheduled, r.best_s))])
     lines += text_table(rows)
     parts = result.spent
     spent = (f"kernels timed: {result.measurements}{budget} = {parts['baselines']} baseline(s)"

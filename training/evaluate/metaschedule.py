@@ -1,6 +1,6 @@
 """MetaSchedule at equal budgets: the search that made the data, as a rival "model".
 
-For each workload, MetaSchedule's evolutionary search (``codegen.search.tune.search``) runs
+For each workload, MetaSchedule's evolutionary search (``codegen.search.rival_search``) runs
 with ``trials = per_round = attempts``: every candidate it proposes is measured as a script by
 the evaluation's ``Evaluator`` (its cost model learns from those outcomes), and its trials, in
 the order measured, are its attempts.  ``dragon eval`` then measures them again in each task's
@@ -12,7 +12,6 @@ the workload from scratch whatever the start script.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from typing import Any
 
@@ -31,20 +30,15 @@ def describe(population: int) -> str:
 
 def search_attempts(workload: Any, spec: str, target: Any, evaluator: Any, attempts: int,
                     seed: int, population: int) -> dict[str, Any]:
-    """One search of ``workload`` with ``attempts`` trials measured by ``evaluator``: its
-    candidates in the order measured (``script`` None: a trace the language cannot write),
-    with what the search's own measurement made of each."""
-    from codegen.search import tune
+    """One search of ``workload`` with ``attempts`` trials measured by ``evaluator``
+    (``codegen.search.rival_search``): its candidates in the order measured (``script`` None: a
+    trace the language cannot write), with what the search's own measurement made of each."""
+    from codegen.search.rival import rival_search
 
-    config = tune.SearchConfig(trials=attempts, per_round=attempts, seed=seed,
-                               population=population)
-    started = time.perf_counter()
-    samples = []
-    for round_ in tune.search(workload, target, evaluator, config):
-        for script, outcome in zip(round_.scripts, round_.outcomes, strict=True):
-            samples.append({"script": script, "round": round_.index,
-                            "search_status": outcome.status.value,
-                            "search_latency_s": outcome.latency_s if outcome.ok else None})
-    return {"workload": spec, "search": asdict(config),
-            "cost_model": tune.cost_model_name(config.cost_model),
-            "seconds": time.perf_counter() - started, "samples": samples}
+    found = rival_search(workload, target, evaluator, attempts, seed=seed,
+                         population=population)
+    samples = [{"script": a.script, "round": a.round, "search_status": a.outcome.status.value,
+                "search_latency_s": a.outcome.latency_s if a.outcome.ok else None}
+               for a in found.attempts]
+    return {"workload": spec, "search": asdict(found.config), "cost_model": found.cost_model,
+            "seconds": found.seconds, "samples": samples}

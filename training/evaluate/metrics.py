@@ -34,6 +34,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from codegen.measured import speedup
+
 __all__ = ["FAST_P", "best_by_task", "budget_curves", "fast_p", "geomean", "head_to_head",
            "summarize"]
 
@@ -57,13 +59,9 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _ratio(reference: float | None, latency: float | None) -> float | None:
-    return reference / latency if reference and latency else None
-
-
 def _speedups(rows: list[dict[str, Any]], reference: str) -> list[float]:
     """Each correct row's speedup over its task's ``reference`` latency, where there is one."""
-    ratios = (_ratio(r.get(reference), r["latency_s"]) for r in rows)
+    ratios = (speedup(r.get(reference), r["latency_s"]) for r in rows)
     return [s for s in ratios if s is not None]
 
 
@@ -118,7 +116,7 @@ def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
         row = best[(rows[0]["model"], task)]
         ref = reference[task]
         for name in over:
-            over[name].append(_ratio(ref.get(f"{name}_s"), row["latency_s"]) if row else None)
+            over[name].append(speedup(ref.get(f"{name}_s"), row["latency_s"]) if row else None)
     solved = [s for s in over["unscheduled"] if s is not None]
     figures: dict[str, Any] = {
         "attempts": n, "tasks": len(tasks),
@@ -202,10 +200,10 @@ def budget_curves(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, A
                 for row in group:
                     if row["attempt"] != n - 1 or row["status"] != "correct":
                         continue
-                    speedup = _ratio(row.get("unscheduled_s"), row.get("latency_s"))
-                    if speedup is not None:
-                        best[task] = max(best[task], speedup)
-                        fast[task] = fast[task] or speedup >= 1.0
+                    gain = speedup(row.get("unscheduled_s"), row.get("latency_s"))
+                    if gain is not None:
+                        best[task] = max(best[task], gain)
+                        fast[task] = fast[task] or gain >= 1.0
             curve["measurements"].append(n)
             curve["geomean"].append(geomean(best.values()))
             curve["fast_1"].append(sum(fast.values()) / len(tasks))

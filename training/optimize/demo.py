@@ -7,7 +7,7 @@ same session, on the same evaluator:
 
 1. **a layer**: BERT-base's FFN up-projection (``DEMO_KERNEL``: 128 tokens, 768 -> 3072, bias,
    GELU).  ``optimize`` samples ``k`` scripts by schedule-aware decoding and refines its best
-   for ``rounds`` rounds; ``best_of_search`` then runs MetaSchedule for as many trials as the
+   for ``rounds`` rounds; ``rival_search`` then runs MetaSchedule for as many trials as the
    model's search timed kernels (baselines and re-timing included); the two winners, the
    unscheduled kernel and the rule-based default are re-timed together at the end
    (``KernelShowdown``);
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from codegen.measured import speedup
 
 __all__ = ["DEMO_KERNEL", "DEMO_MODEL", "DemoConfig", "KernelShowdown", "compare_kernel",
            "compare_network"]
@@ -75,8 +77,7 @@ class KernelShowdown:
 
     def speedup(self, name: str, over: str = "unscheduled") -> float | None:
         """How many times faster ``name`` ran than ``over``, both timed at the end."""
-        mine, theirs = self.latency_s(name), self.latency_s(over)
-        return theirs / mine if mine and theirs else None
+        return speedup(self.latency_s(over), self.latency_s(name))
 
     def as_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "trials": self.trials,
@@ -93,29 +94,26 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
     model's search timed kernels (its baselines and re-timing included, as
     ``optimize_model`` counts them), then both winners and the baselines re-timed together on
     ``evaluator`` (best without a cache: every figure is from this session)."""
-    from codegen.search.tune import best_of_search
+    from codegen.measured import Baselines, measure_beside, outcomes
+    from codegen.search.rival import rival_search
     from training.optimize.kernel import OptimizeConfig, optimize
     from training.sampling.config import SamplingConfig
 
-    target = evaluator.target
-    result = optimize(model, tokenizer, workload, target,
+    result = optimize(model, tokenizer, workload,
                       config=OptimizeConfig(k=k, rounds=rounds),
                       sampling=SamplingConfig(n=k, seed=seed), evaluator=evaluator,
                       progress=progress)
     trials = result.measurements
     if progress:
         print(f"MetaSchedule: {trials} candidates searched and measured ...", flush=True)
-    ms_script, _, _ = best_of_search(workload, target, evaluator, trials, seed=seed,
-                                     population=population)
+    best = rival_search(workload, evaluator.target, evaluator, trials, seed=seed,
+                        population=population).best
+    ms_script = best.script if best is not None else None
     scripts = {name: text for name, text in (
         ("dragon", result.best.script if result.ok and result.best else None),
         ("metaschedule", ms_script)) if text is not None}
-    final: dict[str, Any] = {}
-    if scripts:
-        final.update(zip(scripts, evaluator.evaluate(workload, list(scripts.values())),
-                         strict=True))
-    if result.start.modules:
-        final.update(evaluator.evaluate_modules(workload, result.start.modules))
+    final = outcomes(measure_beside(evaluator, workload, scripts,
+                                    Baselines(result.start.modules)))
     return KernelShowdown(str(getattr(workload, "spec", workload)), result, trials, ms_script,
                           final)
 

@@ -14,7 +14,7 @@ each distinct sampled script, and the final re-timing of the best beside the bas
 is reserved from the start.  Duplicates are free.  When it runs out, the search stops early.
 
 >>> with Evaluator("llvm", cache=False) as ev:                                 # doctest: +SKIP
-...     result = optimize(model, tokenizer, workload("softmax(m=32,n=64)"), "llvm",
+...     result = optimize(model, tokenizer, workload("softmax(m=32,n=64)"),
 ...                       config=OptimizeConfig(k=4, rounds=2, budget=20), evaluator=ev)
 >>> result.best.script, result.speedup("unscheduled"), result.measurements  # doctest: +SKIP
 ('block "T_softmax_maxelem" -> ...', 1.8, 14)
@@ -22,23 +22,24 @@ is reserved from the start.  Duplicates are free.  When it runs out, the search 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from codegen.measured import (
+    UNTUNED,
+    Baselines,
+    Row,
+    make_baselines,
+    measure_beside,
+    outcomes,
+    speedup,
+)
+from training.optimize.budget import Account, OptimizeError, StartCost
 from training.optimize.propose import ProposeError
 from training.sampling.config import SamplingConfig
 
-__all__ = ["BASELINES", "Baseline", "Candidate", "OptimizeConfig", "OptimizeError",
-           "OptimizeResult", "RefineError", "Round", "Start", "available", "make_baselines",
-           "measure_start", "optimize", "start_cost"]
-
-# The yardsticks, named as `dragon bench` names them: the kernel as written, and DLight.
-BASELINES = ("unscheduled", "default")
-
-
-class OptimizeError(ProposeError):
-    """The optimization cannot run as asked (a budget too small for one sampled script)."""
+__all__ = ["Candidate", "OptimizeConfig", "OptimizeError", "OptimizeResult", "RefineError",
+           "Round", "Start", "measure_start", "optimize"]
 
 
 class RefineError(ProposeError):
@@ -74,24 +75,6 @@ class OptimizeConfig:
             raise ValueError(f"Expected rounds >= 0 but got rounds={self.rounds}")
         if self.budget is not None and not self.budget >= 1:
             raise ValueError(f"Expected budget >= 1 but got budget={self.budget}")
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """A baseline's outcome, or why it does not exist for this workload and target."""
-
-    name: str
-    outcome: Any = None        # codegen.measure.Outcome; None when unavailable
-    unavailable: str = ""
-
-    @property
-    def latency_s(self) -> float | None:
-        return self.outcome.latency_s if self.outcome is not None and self.outcome.ok else None
-
-    def as_dict(self) -> dict[str, Any]:
-        if self.outcome is None:
-            return {"name": self.name, "status": "unavailable", "message": self.unavailable}
-        return {"name": self.name, **self.outcome.as_dict()}
 
 
 @dataclass(frozen=True)
@@ -133,13 +116,18 @@ class Round:
 class Start:
     """The baselines and the script to refine, measured before any sampling."""
 
-    baselines: tuple[Baseline, ...]
+    baselines: tuple[Row, ...]       # codegen.measured rows, the unavailable ones included
     given: Candidate | None
     measurements: int
     modules: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
-    def baseline(self, name: str) -> Baseline:
+    def baseline(self, name: str) -> Row:
         return next(b for b in self.baselines if b.name == name)
+
+    @property
+    def cost(self) -> StartCost:
+        """What the call spends whatever it samples (``training.optimize.budget``)."""
+        return StartCost(len(self.modules), self.given is not None)
 
 
 @dataclass(frozen=True)
@@ -185,9 +173,8 @@ class OptimizeResult:
         """How many times faster the best script ran than ``baseline`` ("unscheduled" or
         "default") when both were timed together at the end; None unless both are correct."""
         theirs = self.final.get(baseline)
-        if not (self.ok and theirs is not None and theirs.ok):
-            return None
-        return theirs.latency_s / self.latency_s
+        return speedup(theirs.latency_s if theirs is not None and theirs.ok else None,
+                       self.latency_s)
 
     def as_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "target": self.target, "device": self.device,
@@ -197,7 +184,7 @@ class OptimizeResult:
                 "stopped": self.stopped, "ok": self.ok, "improved": self.improved,
                 "best": self.best.as_dict() if self.best else None,
                 "latency_s": self.latency_s,
-                "speedup": {name: self.speedup(name) for name in BASELINES},
+                "speedup": {name: self.speedup(name) for name in UNTUNED},
                 "final": {name: o.as_dict() for name, o in self.final.items()},
                 "baselines": [b.as_dict() for b in self.start.baselines],
                 "rounds": [r.as_dict() for r in self.rounds],
@@ -216,53 +203,20 @@ def _canonical(text: str) -> str:
         return text
 
 
-def _reserve(start: Start) -> int:
-    """What the final re-timing costs: the best script and every available baseline."""
-    return 1 + len(start.modules)
-
-
-def start_cost(available: int, refine: bool = False) -> int:
-    """The fewest measurements an ``optimize`` call can spend: the ``available`` baselines
-    (and the script to refine) timed first, one sampled script, and the best re-timed beside
-    the baselines at the end."""
-    return available + refine + 1 + 1 + available
-
-
-def make_baselines(workload: Any, target: Any) -> dict[str, Any]:
-    """The baselines' scheduled modules, or why each is unavailable, before any measuring."""
-    from codegen.search.baselines import baselines
-
-    return baselines(workload, target, names=BASELINES)
-
-
-def available(made: dict[str, Any]) -> int:
-    """How many of ``make_baselines``' baselines exist for the workload."""
-    from codegen.search.baselines import BaselineUnavailable
-
-    return sum(not isinstance(m, BaselineUnavailable) for m in made.values())
-
-
 def measure_start(workload: Any, evaluator: Any, *, refine: str | None = None,
                   config: OptimizeConfig | None = None,
-                  made: dict[str, Any] | None = None) -> Start:
-    """The baselines and the script to refine (when given), measured by ``evaluator``;
-    ``made`` is ``make_baselines``' result when the caller has it.
+                  made: Baselines | None = None) -> Start:
+    """The baselines (``codegen.measured.UNTUNED``) and the script to refine (when given),
+    measured by ``evaluator``; ``made`` is ``codegen.measured.make_baselines``' result when the
+    caller has it.
 
     Raises OptimizeError, before measuring anything, when ``config.budget`` leaves no
     measurement for a sampled script, and RefineError when ``refine`` is not correct on the
     workload."""
-    from codegen.search.baselines import BaselineUnavailable
-
     made = made if made is not None else make_baselines(workload, evaluator.target)
-    modules = {n: m for n, m in made.items() if not isinstance(m, BaselineUnavailable)}
     config = config or OptimizeConfig()
-    before = len(modules) + (refine is not None)
-    needed = start_cost(len(modules), refine is not None)
-    if config.budget is not None and config.budget < needed:
-        raise OptimizeError(
-            f"Expected budget >= {needed} but got budget={config.budget}: the baselines take "
-            f"{len(modules)}{', the script to refine 1' if refine is not None else ''}, the "
-            f"final re-timing {1 + len(modules)}, and one sampled script 1")
+    cost = StartCost(made.available, refine is not None)
+    cost.check(config.budget)
     given = None
     if refine is not None:
         text = _canonical(refine)
@@ -273,13 +227,10 @@ def measure_start(workload: Any, evaluator: Any, *, refine: str | None = None,
                               f"be correct on {getattr(workload, 'spec', 'the workload')})",
                               outcome)
         given = Candidate(text, outcome, 0, "given")
-    measured = evaluator.evaluate_modules(workload, modules) if modules else {}
-    rows = tuple(Baseline(n, measured.get(n), "" if n in measured else str(made[n]))
-                 for n in made)
-    return Start(rows, given, before, modules)
+    return Start(measure_beside(evaluator, workload, {}, made), given, cost.first, made.modules)
 
 
-def optimize(model, tokenizer, workload: Any, target: Any = "llvm", *,
+def optimize(model, tokenizer, workload: Any, target: Any = None, *,
              config: OptimizeConfig | None = None, sampling: SamplingConfig | None = None,
              refine: str | None = None, evaluator: Any = None, start: Start | None = None,
              progress: bool = False, label: str = "") -> OptimizeResult:
@@ -287,8 +238,10 @@ def optimize(model, tokenizer, workload: Any, target: Any = "llvm", *,
 
     ``sampling`` says how to sample (its ``n`` is replaced by ``config.k``; round r uses seed
     ``sampling.seed + r``).  ``evaluator`` (a ``codegen.measure.Evaluator``, best without a
-    cache: a cached outcome is from another session) measures everything; without one, an
-    uncached one for ``target`` is made and closed.  ``start`` is ``measure_start``'s result
+    cache: a cached outcome is from another session) measures everything, and its target is
+    the one the scripts are written for and reported on: a ``target`` that is not the
+    evaluator's is refused (ValueError).  Without an evaluator, an uncached one for ``target``
+    (default llvm) is made and closed.  ``start`` is ``measure_start``'s result
     when the caller measured it already (``dragon optimize`` does, before loading the model).
     ``label`` names the progress bar (a model's task, for one bar per task).
     """
@@ -298,7 +251,10 @@ def optimize(model, tokenizer, workload: Any, target: Any = "llvm", *,
     sampling = sampling or SamplingConfig()
     owned = evaluator is None
     if owned:
-        evaluator = Evaluator(target, cache=False)
+        evaluator = Evaluator("llvm" if target is None else target, cache=False)
+    else:
+        _check_target(target, evaluator)
+    target = evaluator.target
     timer = None
     try:
         if start is None:
@@ -316,12 +272,23 @@ def optimize(model, tokenizer, workload: Any, target: Any = "llvm", *,
         return OptimizeResult(
             str(getattr(workload, "spec", workload)), evaluator.target.kind.name,
             evaluator.device, config, start, tuple(search.rounds),
-            tuple(search.seen.values()), search.best(), final, search.spent, search.stopped)
+            tuple(search.seen.values()), search.best(), final, search.account.spent,
+            search.stopped)
     finally:
         if timer is not None:
             timer.close()
         if owned:
             evaluator.close()
+
+
+def _check_target(target: Any, evaluator: Any) -> None:
+    """Refuses a ``target`` other than ``evaluator``'s: scripts written for one target and
+    measured on another would be reported as the evaluator's."""
+    from codegen.targets import as_target
+
+    if target is not None and str(as_target(target)) != str(evaluator.target):
+        raise ValueError(f"Expected the evaluator's target ({evaluator.target}) or None but got "
+                         f"target={target!r}")
 
 
 class _Search:
@@ -336,18 +303,13 @@ class _Search:
         self.seen: dict[str, Candidate] = {}
         if start.given is not None:
             self.seen[start.given.script] = start.given
-        self.spent = start.measurements
+        self.account = Account(config.budget, start.cost, start.measurements)
         self.rounds: list[Round] = []
         self.stopped = "rounds"
 
     def best(self) -> Candidate | None:
         correct = [c for c in self.seen.values() if c.outcome.ok]
         return min(correct, key=lambda c: c.outcome.latency_s) if correct else None
-
-    def _left(self) -> float:
-        if self.config.budget is None:
-            return math.inf
-        return self.config.budget - self.spent - _reserve(self.start)
 
     def _prompt(self) -> tuple[str, str, float | None]:
         from training.prompts.templates import construction_prompt, refinement_prompt
@@ -368,7 +330,7 @@ class _Search:
         with tqdm(total=total, unit="script", desc=label or "optimize", disable=not progress,
                   dynamic_ncols=True) as bar:
             for index in range(self.config.rounds + 1):
-                left = self._left()
+                left = self.account.left()
                 if left < 1:
                     self.stopped = "budget"
                     break
@@ -384,7 +346,7 @@ class _Search:
                 outcomes = self.evaluator.evaluate(self.workload, new) if new else []
                 for text, outcome in zip(new, outcomes, strict=True):
                     self.seen[text] = Candidate(text, outcome, index)
-                self.spent += len(new)
+                self.account.spend(len(new))
                 mine = [self.seen[t] for t in texts]
                 latencies = [c.latency_s for c in mine if c.latency_s is not None]
                 best = self.best()
@@ -403,8 +365,7 @@ class _Search:
         best = self.best()
         if best is None:
             return {}
-        [again] = timer.evaluate(self.workload, [best.script])
-        measured = timer.evaluate_modules(self.workload, self.start.modules) \
-            if self.start.modules else {}
-        self.spent += 1 + len(measured)
-        return {"best": again, **measured}
+        final = outcomes(measure_beside(timer, self.workload, {"best": best.script},
+                                        Baselines(self.start.modules)))
+        self.account.spend(len(final))
+        return final

@@ -2,7 +2,7 @@
 and the model measured end to end against MetaSchedule at the same number of measurements.
 
 1. **Starts.** Each task's baselines are made (DLight may have no rule for some); the budget
-   must cover every task's fixed cost (``optimize.start_cost``: baselines, one sampled script,
+   must cover every task's fixed cost (``budget.start_cost``: baselines, one sampled script,
    the final re-timing), else ``OptimizeError`` before anything is measured.  Then each task's
    baselines are timed by one shared ``Evaluator``.
 2. **The split.** What the budget leaves above the fixed costs is shared in proportion to
@@ -13,7 +13,7 @@ and the model measured end to end against MetaSchedule at the same number of mea
 4. **Database.** Each task with a correct best script that beat the unscheduled kernel when
    re-timed beside it (``only_faster``; a slower one would slow the model down): its trace,
    with the re-timed latency, in a MetaSchedule JSON database (``codegen.search.database``).
-5. **MetaSchedule at equal measurements.** ``codegen.search.tune.best_of_search`` per task, with as
+5. **MetaSchedule at equal measurements.** ``codegen.search.rival_search`` per task, with as
    many trials as our optimize measured for that task, into a database of its own.
 6. **End to end.** ``codegen.model_build.measure_models``: the default build ("before"), ours
    ("dragon") and MetaSchedule's, checked against "before" and timed in interleaved rounds.
@@ -26,7 +26,6 @@ and the model measured end to end against MetaSchedule at the same number of mea
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import tempfile
@@ -34,11 +33,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from training.optimize.kernel import OptimizeConfig, OptimizeError, OptimizeResult
+from codegen.measured import speedup
+from training.optimize.budget import check_fits, split_budget, start_cost
+from training.optimize.kernel import OptimizeConfig, OptimizeResult
 from training.sampling.config import SamplingConfig
 
-__all__ = ["END_TO_END", "ModelOptimizeConfig", "ModelResult", "TaskResult", "optimize_model",
-           "split_budget"]
+__all__ = ["END_TO_END", "ModelOptimizeConfig", "ModelResult", "TaskResult", "optimize_model"]
 
 # The end-to-end rows, in order: the default build, ours, MetaSchedule's at equal measurements.
 END_TO_END = ("before", "dragon", "metaschedule")
@@ -64,33 +64,6 @@ class ModelOptimizeConfig:
             raise ValueError(f"Expected e2e_rounds >= 1 but got e2e_rounds={self.e2e_rounds}")
         if self.population < 2:
             raise ValueError(f"Expected population >= 2 but got population={self.population}")
-
-
-def split_budget(budget: int, minimums: list[int], shares: list[float]) -> list[int]:
-    """``budget`` split over tasks: each gets its minimum, and what is left goes in proportion
-    to ``shares`` (equally when they are all zero), largest remainders first, so the parts sum
-    to ``budget``.  Raises OptimizeError when the minimums do not fit.
-
-    >>> split_budget(20, [4, 4, 4], [3.0, 1.0, 0.0])
-    [10, 6, 4]
-    """
-    if len(minimums) != len(shares):
-        raise ValueError("Expected one share per minimum")
-    need = sum(minimums)
-    if budget < need:
-        raise OptimizeError(
-            f"Expected budget >= {need} but got budget={budget}: each of the "
-            f"{len(minimums)} tasks needs its baselines, one sampled script and the final "
-            f"re-timing ({'+'.join(map(str, minimums))})")
-    extra = budget - need
-    total = sum(shares)
-    weights = [s / total for s in shares] if total > 0 else [1 / len(shares)] * len(shares)
-    exact = [extra * w for w in weights]
-    parts = [math.floor(x) for x in exact]
-    order = sorted(range(len(parts)), key=lambda i: exact[i] - parts[i], reverse=True)
-    for i in order[:extra - sum(parts)]:
-        parts[i] += 1
-    return [m + p for m, p in zip(minimums, parts, strict=True)]
 
 
 @dataclass(frozen=True)
@@ -147,9 +120,8 @@ class ModelResult:
     def speedup(self, name: str) -> float | None:
         """How many times faster build ``name`` ran than the default build, end to end."""
         before, this = self.end_to_end.get("before"), self.end_to_end.get(name)
-        if before is None or this is None or not (before.ok and this.ok):
-            return None
-        return before.latency_s / this.latency_s
+        return speedup(before.latency_s if before is not None and before.ok else None,
+                       this.latency_s if this is not None and this.ok else None)
 
     def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "target": self.target, "device": self.device,
@@ -176,11 +148,11 @@ def _write(database: str, records: list, target: Any) -> None:
 def _metaschedule(task, target, evaluator, trials: int, population: int,
                   work_dir: str) -> float | None:
     """MetaSchedule's search on one task, ``trials`` candidates; its best correct latency."""
-    from codegen.search.tune import best_of_search
+    from codegen.search.rival import rival_search
 
-    _, best, _ = best_of_search(task.workload, target, evaluator, trials, population=population,
-                                per_round=min(16, trials), work_dir=work_dir)
-    return None if best is None else float(best.latency_s)
+    best = rival_search(task.workload, target, evaluator, trials, population=population,
+                        per_round=min(16, trials), work_dir=work_dir).best
+    return None if best is None else float(best.outcome.latency_s)
 
 
 def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
@@ -194,15 +166,10 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
     None with ``loader``, a function that returns both, called once the starts are measured
     (loading a model takes seconds a usage error should not wait for).  ``say(text)`` hears
     each step."""
+    from codegen.measured import make_baselines
     from codegen.model_build import measure_models
     from codegen.search.database import DatabaseRecord
-    from training.optimize.kernel import (
-        available,
-        make_baselines,
-        measure_start,
-        optimize,
-        start_cost,
-    )
+    from training.optimize.kernel import measure_start, optimize
 
     clock = time.perf_counter()
     config = config or OptimizeConfig()
@@ -211,9 +178,9 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
     target = evaluator.target
     say(f"{len(tasks)} tasks: making the baselines")
     made = [make_baselines(t.workload, target) for t in tasks]
-    minimums = [start_cost(available(m)) for m in made]
+    minimums = [start_cost(m.available) for m in made]
     if config.budget is not None:
-        split_budget(config.budget, minimums, [0.0] * len(tasks))  # fits, before measuring
+        check_fits(config.budget, minimums)  # before measuring anything
     free = replace(config, budget=None)
     starts = []
     for i, (task, m) in enumerate(zip(tasks, made, strict=True)):
@@ -227,7 +194,7 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
         model, tokenizer = loader()
     results = []
     for i, (task, start, budget) in enumerate(zip(tasks, starts, budgets, strict=True)):
-        result = optimize(model, tokenizer, task.workload, target,
+        result = optimize(model, tokenizer, task.workload,
                           config=replace(config, budget=budget), sampling=sampling,
                           evaluator=evaluator, start=start, progress=progress,
                           label=f"task {i + 1}/{len(tasks)} {task.name}: ")

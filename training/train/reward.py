@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from codegen.measure import Evaluator, MeasureConfig, Outcome, Status
+from codegen.measured import speedup as speedup_of
 
 __all__ = ["RewardConfig", "Rewarder", "Scored", "score"]
 
@@ -104,7 +105,8 @@ def score(outcome: Outcome, reference_s: float | None, config: RewardConfig | No
     if reference_s is None or not reference_s > 0:
         # No reference to compare with (it failed to run this time): correct, no bonus.
         return Scored(config.correct, outcome)
-    speedup = reference_s / outcome.latency_s
+    speedup = speedup_of(reference_s, outcome.latency_s)
+    assert speedup is not None
     if same_as_start:
         return Scored(config.correct, outcome, speedup, 0.0, True)
     ratio = max(-1.0, min(1.0, math.log(speedup) / math.log(config.cap)))
