@@ -19,9 +19,7 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from importlib import metadata
-from pathlib import Path
 
 from . import cli_kit
 from .cli_kit import ExitCode, UsageError, add_config_arguments, config_from_args, read_source
@@ -159,23 +157,10 @@ def _check_on_workload(texts: list[str], args, limits: Limits) -> list:
 
 # ---- fmt -----------------------------------------------------------------------------
 
-def _write_atomically(path: str, text: str) -> None:
-    """Replace the file in one step, so an interrupted fmt never leaves half a script."""
-    target = Path(os.path.realpath(path))  # through a symbolic link, as a plain write goes
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, target.stat().st_mode & 0o7777)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def cmd_fmt(args) -> int:
     from .api import format as format_script
     from .errors import DragonError
+    from .files import write_atomic
 
     limits = _limits(args)
     status = ExitCode.OK
@@ -201,7 +186,7 @@ def cmd_fmt(args) -> int:
             sys.stdout.write(canonical)
         elif canonical != text:
             try:
-                _write_atomically(path, canonical)
+                write_atomic(path, canonical)
             except OSError as exc:
                 print(f"dragon: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
                 unreadable = True

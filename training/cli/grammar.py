@@ -47,9 +47,9 @@ def cmd_grammar(args) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        from training.datagen.records import write_atomically
+        from dragon_dsl.files import write_atomic
 
-        write_atomically(args.out, text)
+        write_atomic(args.out, text)
         print(f"wrote {args.out} ({len(text)} bytes, {args.format})", file=sys.stderr)
     return ExitCode.OK
 

@@ -118,7 +118,7 @@ def cmd_optimize(args) -> int:
     from codegen.measure import Evaluator
     from codegen.measure.devices import create
     from codegen.targets import as_target
-    from training.datagen.records import write_atomically
+    from dragon_dsl.files import write_atomic
     from training.optimize.kernel import OptimizeError, RefineError, measure_start, optimize
 
     path = model_path(args.model)
@@ -163,7 +163,7 @@ def cmd_optimize(args) -> int:
     written = None
     if result.ok:
         assert result.best is not None
-        write_atomically(out, result.best.script)
+        write_atomic(out, result.best.script)
         written = out
     if args.json:
         print(json.dumps({**result.as_dict(), "out": written}, indent=2))

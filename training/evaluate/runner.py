@@ -115,11 +115,11 @@ class _Files:
         return self.path(model, task).is_file()
 
     def _write(self, model: str, task: EvalTask, text: str) -> None:
-        from training.datagen.records import write_atomically
+        from dragon_dsl.files import write_atomic
 
         path = self.path(model, task)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(str(path), text)
+        write_atomic(str(path), text)
 
 
 class _Store(_Files):
@@ -169,9 +169,9 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
                 raise EvalError(f"{out}: model {name!r} was {path_}, now "
                                 f"{manifest['models'][name]}; {hint}")
         manifest = {**manifest, "models": {**held.get("models", {}), **manifest["models"]}}
-    from training.datagen.records import write_atomically
+    from dragon_dsl.files import write_atomic
 
-    write_atomically(str(path), json.dumps(manifest, indent=1) + "\n")
+    write_atomic(str(path), json.dumps(manifest, indent=1) + "\n")
 
 
 def measure_references(task: EvalTask, workload: Any, evaluator: Any) -> dict[str, Any]:
@@ -385,7 +385,7 @@ def _search(tasks, generated, evaluator, config, workload_of, progress) -> None:
     """MetaSchedule's attempts at ``tasks``: one search per workload, ``attempts`` trials."""
     from tqdm.auto import tqdm
 
-    from training.datagen.records import write_atomically
+    from dragon_dsl.files import write_atomic
 
     searches = _Searches(generated.root.parent)
     first: dict[str, EvalTask] = {}
@@ -405,7 +405,7 @@ def _search(tasks, generated, evaluator, config, workload_of, progress) -> None:
             workload_of(first[spec]), spec, evaluator.target, evaluator,
             config.attempts, config.seed, config.search_population)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(str(path), json.dumps(found[spec]) + "\n")
+        write_atomic(str(path), json.dumps(found[spec]) + "\n")
     for task in tasks:
         search = found[task.workload]
         samples = search["samples"]
