@@ -22,7 +22,14 @@ import sys
 from importlib import metadata
 
 from . import cli_kit
-from .cli_kit import ExitCode, UsageError, add_config_arguments, config_from_args, read_source
+from .cli_kit import (
+    ExitCode,
+    UsageError,
+    add_config_arguments,
+    config_from_args,
+    parse_target,
+    read_source,
+)
 from .limits import Limits
 
 __all__ = ["BUILTIN_COMMANDS", "UsageError", "build_parser", "main", "read_source"]
@@ -47,17 +54,6 @@ def _workload(spec: str | None):
     try:
         return resolvers[0].load()(spec)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _target(target: str | None):
-    if target is None:
-        return None
-    from .tvm_support import TargetError, as_target
-
-    try:
-        return as_target(target)
-    except TargetError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -91,7 +87,7 @@ def cmd_check(args) -> int:
 
     limits = _limits(args)
     if args.workload is None and args.target is not None:
-        _target(args.target)  # a bad --target is a usage error even when nothing needs it
+        parse_target(args.target)  # a bad --target is a usage error even when nothing needs it
     results: list[tuple[str, list[Diagnostic] | None, str]] = []
     texts: dict[int, str] = {}
     for path in args.files:
@@ -256,7 +252,7 @@ def cmd_encode(args) -> int:
     name = _name(args.trace)
     text = read_source(args.trace, max_bytes=limits.max_bytes)
     wl = _workload(args.workload)
-    target = _target(args.target)
+    target = parse_target(args.target)
     try:
         data = _load_json(text, limits)
         typed = _typed(data)
@@ -293,7 +289,7 @@ def cmd_decode(args) -> int:
     name = _name(args.script)
     text = read_source(args.script, max_bytes=limits.max_bytes)
     wl = _workload(args.workload)
-    target = _target(args.target)
+    target = parse_target(args.target)
     try:
         trace = to_trace(text, workload=wl, target=target, limits=limits)
     except NeedsWorkload as exc:

@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 from .errors import DragonError
 
 __all__ = ["ExitCode", "UsageError", "add_config_arguments", "config_from_args", "examples",
-           "format_latency", "format_ratio", "given_flags", "read_source", "text_table"]
+           "format_latency", "format_ratio", "given_flags", "parse_target", "read_source",
+           "text_table"]
 
 T = TypeVar("T")
 
@@ -116,30 +117,46 @@ def read_source(path: str, *, max_bytes: int | None = None) -> str:
             from None
 
 
+def parse_target(value: Any) -> Any:
+    """The TVM ``Target`` of a ``--target`` value (a short name, a tag, a JSON dict), parsed
+    once where a command reads its flags and carried from there; None stays None.  A value
+    TVM refuses is a UsageError.  (Library functions take the text as well.)"""
+    if value is None:
+        return None
+    from .tvm_support import as_target
+
+    try:
+        return as_target(value)
+    except (ValueError, TypeError) as exc:  # TargetError
+        raise UsageError(str(exc)) from None
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, config: type, *,
                          only: tuple[str, ...] | None = None,
                          aliases: dict[str, tuple[str, ...]] | None = None,
-                         layered: bool = False) -> None:
+                         layered: bool = False, given_only: bool = False) -> None:
     """Add ``--field-name`` for each field of the dataclass ``config`` (those in ``only``, when
     given), with the field's ``help`` metadata, type and default; a nested config field
     (``dragon_dsl.configs``) adds the flags its ``flags`` metadata names, under their own names
     and with its default's values.  ``aliases`` adds more flags for a field
-    (``{"n": ("-n",)}``).  ``layered``: a flag not given is left out of the parsed flags, so
-    that a preset or a config file supplies it (``given_flags``, ``configs.layered``)."""
+    (``{"n": ("-n",)}``).  ``given_only``: a flag not given is left out of the parsed flags
+    (``given_flags`` names those given; ``config_from_args`` still fills in the defaults).
+    ``layered``: that, and the help says a preset or a config file supplies the default
+    (``configs.layered``)."""
     from .configs import nested
 
     inner = nested(config)
-    for name, (kind, default, flags) in inner.items():
-        if only is None or name in only:
-            _add_fields(parser, kind, default, flags, aliases or {}, layered)
     own = tuple(f.name for f in dataclasses.fields(config)
                 if f.name not in inner and (only is None or f.name in only))
-    _add_fields(parser, config, None, own, aliases or {}, layered)
+    _add_fields(parser, config, None, own, aliases or {}, layered, given_only)
+    for name, (kind, default, flags) in inner.items():
+        if only is None or name in only:
+            _add_fields(parser, kind, default, flags, aliases or {}, layered, given_only)
 
 
 def _add_fields(parser: argparse.ArgumentParser, config: type, values: Any,
                 names: tuple[str, ...], aliases: dict[str, tuple[str, ...]],
-                layered: bool) -> None:
+                layered: bool, given_only: bool) -> None:
     hints = typing.get_type_hints(config)
     for f in dataclasses.fields(config):
         if f.name not in names:
@@ -153,17 +170,17 @@ def _add_fields(parser: argparse.ArgumentParser, config: type, values: Any,
         help_text = f.metadata.get("help", "")
         shown = f"the preset's, else {default}" if layered else default
         options: dict[str, Any] = {"dest": f.name,
-                                   "default": argparse.SUPPRESS if layered else default,
+                                   "default": argparse.SUPPRESS if layered or given_only
+                                   else default,
                                    "help": f"{help_text} (default: {shown})"}
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction
         else:
             options["type"] = kind
             options["metavar"] = f.name.upper()
-        if typing.get_origin(hints[f.name]) is tuple:
-            options["nargs"] = "+"
-        if "choices" in f.metadata:
-            options["choices"] = f.metadata["choices"]
+        for key in ("choices", "nargs"):  # nargs "+": a tuple field's values, one flag
+            if key in f.metadata:
+                options[key] = f.metadata[key]
         parser.add_argument(*flags, **options)
 
 

@@ -32,7 +32,8 @@ from typing import Any, TypeVar
 
 from .errors import DragonError
 
-__all__ = ["ConfigError", "build", "flag_names", "layered", "load_yaml", "merge", "nested"]
+__all__ = ["ConfigError", "build", "flag_names", "from_flat", "layered", "load_yaml", "merge",
+           "nested"]
 
 T = TypeVar("T")
 
@@ -113,6 +114,12 @@ def build(kind: type[T], values: Mapping[str, Any]) -> T:
             value = tuple(value)
         out[key] = value
     return kind(**out)
+
+
+def from_flat(kind: type[T], **values: Any) -> T:
+    """A ``kind`` config from its flat names, as flags and YAML keys give them:
+    ``from_flat(EvalConfig, temperature=0.7)`` sets ``sampling.temperature``."""
+    return build(kind, merge(kind, {}, values))
 
 
 def load_yaml(path: str | Path, kind: type) -> dict[str, Any]:

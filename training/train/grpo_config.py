@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from codegen.measure.config import MeasureConfig
-from dragon_dsl.configs import build, layered, merge
+from dragon_dsl.configs import from_flat, layered
 from training.sampling.config import SamplingConfig
 from training.train.sft_config import (
     TrainerScale,
@@ -108,24 +108,19 @@ def validate_rl(config: RLRunConfig) -> None:
     need(config.cap > 1, "cap", "> 1")
 
 
-def _preset(**values: Any) -> RLRunConfig:
-    """A config from flat fields (``max_new_tokens=640`` sets ``sampling.max_new_tokens``)."""
-    return build(RLRunConfig, merge(RLRunConfig, {}, values))
-
-
 RL_PRESETS: dict[str, RLRunConfig] = {
     # The tiny SFT model (dragon sft --preset tiny), CPU, llvm rewards: about 10 minutes here.
-    "tiny": _preset(num_generations=4, prompts_per_step=2, max_steps=20, learning_rate=2e-4,
-                    warmup_steps=2, max_new_tokens=640, repeat=3, min_repeat_ms=5.0,
-                    save_steps=4),
+    "tiny": from_flat(RLRunConfig, num_generations=4, prompts_per_step=2, max_steps=20,
+                      learning_rate=2e-4, warmup_steps=2, max_new_tokens=640, repeat=3,
+                      min_repeat_ms=5.0, save_steps=4),
     # The paper's 8B SFT model with LoRA on 8 GPUs; rewards measured on the GPU (CUDA) or over
     # RPC.  8 devices x 8 prompts x 8 generations = 512 completions a step.
-    "paper": _preset(model="runs/sft-paper/final", target="nvidia/nvidia-h100",
-                     num_generations=8, prompts_per_step=8, max_steps=500, learning_rate=1e-6,
-                     warmup_steps=10, max_new_tokens=2048, repeat=5, min_repeat_ms=20.0,
-                     builders=8, use_peft=True, lora_r=64, lora_alpha=128, bf16=True,
-                     gradient_checkpointing=True, save_steps=25, save_total_limit=3,
-                     deepspeed="deepspeed_zero3.json"),
+    "paper": from_flat(RLRunConfig, model="runs/sft-paper/final", target="nvidia/nvidia-h100",
+                       num_generations=8, prompts_per_step=8, max_steps=500,
+                       learning_rate=1e-6, warmup_steps=10, max_new_tokens=2048, repeat=5,
+                       min_repeat_ms=20.0, builders=8, use_peft=True, lora_r=64,
+                       lora_alpha=128, bf16=True, gradient_checkpointing=True, save_steps=25,
+                       save_total_limit=3, deepspeed="deepspeed_zero3.json"),
 }
 
 
