@@ -198,7 +198,8 @@ def config_from_args(config: type[T], args: argparse.Namespace, **overrides: Any
     from .configs import build, merge
 
     try:
-        return build(config, merge(config, given_flags(config, args), overrides))
+        return build(config, merge(config, merge(config, {}, given_flags(config, args)),
+                                    overrides))
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 
