@@ -91,7 +91,7 @@ def run_schedule(model, tokenizer, prompts, tokens: int, batch: int):
     and the per-statement timings."""
     import torch
 
-    from training.sampling import schedule_aware_generate
+    from training.sampling import SamplingConfig, schedule_aware_generate
 
     elapsed, steps = 0.0, 0
     extra = {"replay": [], "narrow": [], "overhead": 0.0}
@@ -100,7 +100,8 @@ def run_schedule(model, tokenizer, prompts, tokens: int, batch: int):
         torch.manual_seed(0)
         start = time.perf_counter()
         schedule_aware_generate(model, tokenizer, [prompt] * batch, [WORKLOADS[prompt]] * batch,
-                                "llvm", max_new_tokens=tokens, stats=part)
+                                "llvm", sampling=SamplingConfig(max_new_tokens=tokens),
+                                stats=part)
         elapsed += time.perf_counter() - start - part["prefill_seconds"]
         steps += part["steps"]
         extra["replay"] += part["replay_seconds"]

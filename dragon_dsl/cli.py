@@ -19,12 +19,17 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from importlib import metadata
-from pathlib import Path
 
 from . import cli_kit
-from .cli_kit import ExitCode, UsageError, add_config_arguments, config_from_args, read_source
+from .cli_kit import (
+    ExitCode,
+    UsageError,
+    add_config_arguments,
+    config_from_args,
+    parse_target,
+    read_source,
+)
 from .limits import Limits
 
 __all__ = ["BUILTIN_COMMANDS", "UsageError", "build_parser", "main", "read_source"]
@@ -49,17 +54,6 @@ def _workload(spec: str | None):
     try:
         return resolvers[0].load()(spec)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _target(target: str | None):
-    if target is None:
-        return None
-    from .tvm_support import TargetError, as_target
-
-    try:
-        return as_target(target)
-    except TargetError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -93,7 +87,7 @@ def cmd_check(args) -> int:
 
     limits = _limits(args)
     if args.workload is None and args.target is not None:
-        _target(args.target)  # a bad --target is a usage error even when nothing needs it
+        parse_target(args.target)  # a bad --target is a usage error even when nothing needs it
     results: list[tuple[str, list[Diagnostic] | None, str]] = []
     texts: dict[int, str] = {}
     for path in args.files:
@@ -159,23 +153,10 @@ def _check_on_workload(texts: list[str], args, limits: Limits) -> list:
 
 # ---- fmt -----------------------------------------------------------------------------
 
-def _write_atomically(path: str, text: str) -> None:
-    """Replace the file in one step, so an interrupted fmt never leaves half a script."""
-    target = Path(os.path.realpath(path))  # through a symbolic link, as a plain write goes
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, target.stat().st_mode & 0o7777)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-
-
 def cmd_fmt(args) -> int:
     from .api import format as format_script
     from .errors import DragonError
+    from .files import write_atomic
 
     limits = _limits(args)
     status = ExitCode.OK
@@ -201,7 +182,7 @@ def cmd_fmt(args) -> int:
             sys.stdout.write(canonical)
         elif canonical != text:
             try:
-                _write_atomically(path, canonical)
+                write_atomic(path, canonical)
             except OSError as exc:
                 print(f"dragon: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
                 unreadable = True
@@ -271,7 +252,7 @@ def cmd_encode(args) -> int:
     name = _name(args.trace)
     text = read_source(args.trace, max_bytes=limits.max_bytes)
     wl = _workload(args.workload)
-    target = _target(args.target)
+    target = parse_target(args.target)
     try:
         data = _load_json(text, limits)
         typed = _typed(data)
@@ -308,7 +289,7 @@ def cmd_decode(args) -> int:
     name = _name(args.script)
     text = read_source(args.script, max_bytes=limits.max_bytes)
     wl = _workload(args.workload)
-    target = _target(args.target)
+    target = parse_target(args.target)
     try:
         trace = to_trace(text, workload=wl, target=target, limits=limits)
     except NeedsWorkload as exc:

@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 from .errors import DragonError
 
 __all__ = ["ExitCode", "UsageError", "add_config_arguments", "config_from_args", "examples",
-           "format_latency", "format_ratio", "read_source", "text_table"]
+           "format_latency", "format_ratio", "given_flags", "parse_target", "read_source",
+           "text_table"]
 
 T = TypeVar("T")
 
@@ -116,45 +117,97 @@ def read_source(path: str, *, max_bytes: int | None = None) -> str:
             from None
 
 
+def parse_target(value: Any) -> Any:
+    """The TVM ``Target`` of a ``--target`` value (a short name, a tag, a JSON dict), parsed
+    once where a command reads its flags and carried from there; None stays None.  A value
+    TVM refuses is a UsageError.  (Library functions take the text as well.)"""
+    if value is None:
+        return None
+    from .tvm_support import as_target
+
+    try:
+        return as_target(value)
+    except (ValueError, TypeError) as exc:  # TargetError
+        raise UsageError(str(exc)) from None
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, config: type, *,
                          only: tuple[str, ...] | None = None,
-                         aliases: dict[str, tuple[str, ...]] | None = None) -> None:
+                         aliases: dict[str, tuple[str, ...]] | None = None,
+                         layered: bool = False, given_only: bool = False) -> None:
     """Add ``--field-name`` for each field of the dataclass ``config`` (those in ``only``, when
-    given), with the field's ``help`` metadata, type and default.  ``aliases`` adds more flags
-    for a field (``{"n": ("-n",)}``)."""
+    given), with the field's ``help`` metadata, type and default; a nested config field
+    (``dragon_dsl.configs``) adds the flags its ``flags`` metadata names, under their own names
+    and with its default's values.  ``aliases`` adds more flags for a field
+    (``{"n": ("-n",)}``).  ``given_only``: a flag not given is left out of the parsed flags
+    (``given_flags`` names those given; ``config_from_args`` still fills in the defaults).
+    ``layered``: that, and the help says a preset or a config file supplies the default
+    (``configs.layered``)."""
+    from .configs import nested
+
+    inner = nested(config)
+    own = tuple(f.name for f in dataclasses.fields(config)
+                if f.name not in inner and (only is None or f.name in only))
+    _add_fields(parser, config, None, own, aliases or {}, layered, given_only)
+    for name, (kind, default, flags) in inner.items():
+        if only is None or name in only:
+            _add_fields(parser, kind, default, flags, aliases or {}, layered, given_only)
+
+
+def _add_fields(parser: argparse.ArgumentParser, config: type, values: Any,
+                names: tuple[str, ...], aliases: dict[str, tuple[str, ...]],
+                layered: bool, given_only: bool) -> None:
     hints = typing.get_type_hints(config)
     for f in dataclasses.fields(config):
-        if only is not None and f.name not in only:
+        if f.name not in names:
             continue
-        default = f.default if f.default is not dataclasses.MISSING else None
+        if values is not None:
+            default = getattr(values, f.name)
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else None
         kind = _scalar(hints[f.name])
-        names = [f"--{f.name.replace('_', '-')}", *(aliases or {}).get(f.name, ())]
+        flags = [f"--{f.name.replace('_', '-')}", *aliases.get(f.name, ())]
         help_text = f.metadata.get("help", "")
-        options: dict[str, Any] = {"dest": f.name, "default": default,
-                                   "help": f"{help_text} (default: {default})"}
+        shown = f"the preset's, else {default}" if layered else default
+        options: dict[str, Any] = {"dest": f.name,
+                                   "default": argparse.SUPPRESS if layered or given_only
+                                   else default,
+                                   "help": f"{help_text} (default: {shown})"}
         if kind is bool:
             options["action"] = argparse.BooleanOptionalAction
         else:
             options["type"] = kind
             options["metavar"] = f.name.upper()
-        if "choices" in f.metadata:
-            options["choices"] = f.metadata["choices"]
-        parser.add_argument(*names, **options)
+        for key in ("choices", "nargs"):  # nargs "+": a tuple field's values, one flag
+            if key in f.metadata:
+                options[key] = f.metadata[key]
+        parser.add_argument(*flags, **options)
+
+
+def given_flags(config: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The flags of ``config`` (its fields, its nested configs' flags) present in ``args``."""
+    from .configs import flag_names
+
+    names = flag_names(config)
+    return {k: v for k, v in vars(args).items() if k in names}
 
 
 def config_from_args(config: type[T], args: argparse.Namespace, **overrides: Any) -> T:
-    """The config dataclass from parsed flags (fields without a flag keep their default); a
-    value the config refuses is a UsageError."""
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(config)  # type: ignore[arg-type]
-              if hasattr(args, f.name)}
+    """The config dataclass from parsed flags (fields without a flag keep their default, nested
+    configs included); a value the config refuses is a UsageError."""
+    from .configs import build, merge
+
     try:
-        return config(**{**values, **overrides})
+        return build(config, merge(config, merge(config, {}, given_flags(config, args)),
+                                    overrides))
     except (TypeError, ValueError) as exc:
         raise UsageError(str(exc)) from None
 
 
 def _scalar(hint: Any) -> type:
     """``int`` for ``int`` and ``int | None``; the one type a flag's text converts to."""
+    if typing.get_origin(hint) is tuple:  # tuple[str, ...]: several values of one type
+        hint = typing.get_args(hint)[0]
     options = [t for t in (typing.get_args(hint) or (hint,)) if t is not type(None)]
     kind = options[0] if len(options) == 1 else str
     return kind if kind in (bool, int, float, str) else str

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from codegen.measure import MeasureConfig
-from dragon_dsl.cli_kit import UsageError, add_config_arguments, config_from_args
+from dragon_dsl.cli_kit import UsageError, add_config_arguments, config_from_args, given_flags
 from training.sampling import SamplingConfig
 
 
@@ -47,3 +47,25 @@ def test_a_value_the_config_refuses_is_a_usage_error():
     args = _parser(SamplingConfig).parse_args(["--temperature", "0"])
     with pytest.raises(UsageError, match="temperature"):
         config_from_args(SamplingConfig, args)
+
+
+def test_nested_configs_make_flags_under_their_own_names():
+    from training.evaluate import EvalConfig
+
+    parser = _parser(EvalConfig, aliases={"attempts": ("-k",)})
+    assert config_from_args(EvalConfig, parser.parse_args([])) == EvalConfig()
+    args = parser.parse_args(["--temperature", "0.5", "--repeat", "2", "-k", "3",
+                              "--kinds", "refinement", "--no-metaschedule"])
+    config = config_from_args(EvalConfig, args)
+    assert (config.sampling.temperature, config.sampling.top_p) == (0.5, 0.95)
+    assert (config.measure.repeat, config.measure.min_repeat_ms) == (2, 10.0)
+    assert (config.attempts, config.kinds, config.metaschedule) == (3, ("refinement",), False)
+    assert config.settings()["temperature"] == 0.5 and "sampling" not in config.settings()
+    assert "--build-timeout-s" not in parser.format_help()  # not in the nested field's flags
+
+
+def test_given_only_tells_a_flag_given_from_its_default():
+    parser = _parser(MeasureConfig, only=("repeat", "warmup"), given_only=True)
+    args = parser.parse_args(["--repeat", "3"])
+    assert given_flags(MeasureConfig, args) == {"repeat": 3}
+    assert config_from_args(MeasureConfig, args) == MeasureConfig(repeat=3)

@@ -14,15 +14,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from dragon_dsl.configs import from_flat
 from training.evaluate import EvalConfig, EvalError, load_tasks, run_eval
 from training.evaluate.http_model import HttpModel, parse_spec
 from training.grammars.gbnf import sampling_grammar_as
 
 from .tiny_datagen import TARGET
 
-CONFIG = EvalConfig(split="validation", kinds=("construction",), max_tasks=1, attempts=2,
-                    temperature=0.7, top_p=0.9, max_new_tokens=256, seed=5, repeat=2,
-                    min_repeat_ms=1.0, metaschedule=False)  # MetaSchedule's rival: test_eval_models
+CONFIG = from_flat(EvalConfig, split="validation", kinds=("construction",), max_tasks=1,
+                   attempts=2, temperature=0.7, top_p=0.9, max_new_tokens=256, seed=5, repeat=2,
+                   min_repeat_ms=1.0, metaschedule=False)  # MetaSchedule's rival: test_eval_models
 
 
 class FakeServer:

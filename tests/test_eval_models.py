@@ -13,10 +13,12 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from dragon_dsl.configs import from_flat
 from training.evaluate import (
     EvalConfig,
     EvalError,
@@ -31,8 +33,8 @@ from training.evaluate.metrics import FAST_P, budget_curves, head_to_head
 from .tiny_datagen import TARGET
 
 DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
-CONFIG = EvalConfig(split="validation", max_tasks=1, attempts=2, max_new_tokens=384,
-                    repeat=2, min_repeat_ms=1.0, search_population=32)
+CONFIG = from_flat(EvalConfig, split="validation", max_tasks=1, attempts=2, max_new_tokens=384,
+                   repeat=2, min_repeat_ms=1.0, search_population=32)
 MS = metaschedule.NAME
 
 
@@ -179,7 +181,7 @@ def test_an_out_directory_of_another_evaluation_is_refused(evaluation, data_dir,
     changed = "another settings: it was .*attempts.: 2.*now .*attempts.: 3"
     with pytest.raises(EvalError, match=changed):
         run_eval(models, data_dir, out, target=TARGET,
-                 config=EvalConfig(**{**CONFIG.__dict__, "attempts": 3}), progress=False)
+                 config=replace(CONFIG, attempts=3), progress=False)
 
 
 def test_a_corrupt_sample_file_is_named(evaluation, data_dir, models, tmp_path):

@@ -642,6 +642,11 @@ def test_eval_bad_flags_fail_before_any_measuring(tmp_path, capsys, flags, needl
     (["--refine", "/no/such.dragon"], "cannot read"),
     (["--out", "DIR"], "not a file in an existing directory"),
     (["--out", "DIR/no/such/best.dragon"], "not a file in an existing directory"),
+    # A kernel refuses the whole-model flags rather than ignore them.
+    (["--e2e-rounds", "3"], "--e2e-rounds: only a whole model"),
+    (["--population", "8"], "--population: only a whole model"),
+    (["--metaschedule", "--json"], "--metaschedule: only a whole model"),
+    (["--database", "DIR"], "--database: only a whole model"),
 ])
 def test_optimize_bad_flags_fail_before_loading_the_model(tmp_path, capsys, flags, needle):
     model = tmp_path / "model"  # not loadable: every case must fail before loading it

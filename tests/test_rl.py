@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dragon_dsl.cli_kit import ExitCode
+from dragon_dsl.configs import ConfigError, from_flat
 from training.train import (
     RL_PRESETS,
     RLResult,
@@ -39,7 +40,7 @@ def _config(data: Path, model: Path, out: Path, **changes) -> RLRunConfig:
                 lr_scheduler="constant", warmup_steps=0, max_new_tokens=160, repeat=2,
                 min_repeat_ms=1.0, builders=2, logging_steps=1, save_steps=1,
                 save_total_limit=3)
-    return RLRunConfig(**{**base, **changes})
+    return from_flat(RLRunConfig, **{**base, **changes})
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +64,25 @@ def test_the_config_files_say_what_the_presets_say():
     assert resolve_rl(file=CONFIGS_DIR / "rl_tiny.yaml") == RL_PRESETS["tiny"]
     paper = resolve_rl(file=CONFIGS_DIR / "rl_paper.yaml")
     assert paper == replace(RL_PRESETS["paper"], model="runs/sft-paper")
+
+
+def test_flat_and_nested_keys_set_the_nested_configs(tmp_path):
+    """``sampling`` and ``measure`` nest; the flat keys and flags of before still set them."""
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("preset: tiny\nsampling: {temperature: 0.7}\nmeasure: {repeat: 4}\n")
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("preset: tiny\ntemperature: 0.7\nrepeat: 4\n")
+    config = resolve_rl(file=nested)
+    assert config == resolve_rl(file=flat)
+    assert (config.sampling.temperature, config.sampling.max_new_tokens) == (0.7, 640)
+    assert (config.measure.repeat, config.measure.min_repeat_ms) == (4, 5.0)
+    assert resolve_rl("tiny", temperature=0.5).sampling.temperature == 0.5
+    with pytest.raises(ConfigError, match="temperature"):
+        resolve_rl("tiny", temperature=0)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sampling: {nosuch: 1}\n")
+    with pytest.raises(ConfigError, match="nosuch"):
+        resolve_rl(file=bad)
 
 
 # ---- a real run ----------------------------------------------------------------------------

@@ -186,7 +186,7 @@ def test_logprobs_are_those_of_a_clean_forward_pass(model, tokenizer):
     prompt = construction_prompt(wl, "llvm")
     torch.manual_seed(3)
     results = schedule_aware_generate(model, tokenizer, [prompt] * 6, [wl] * 6, "llvm",
-                                      max_new_tokens=160)
+                                      sampling=SamplingConfig(max_new_tokens=160))
     assert any(r.resampled for r in results)
     ids = tokenizer(prompt, return_tensors="pt")["input_ids"][0].tolist()
     for r in results:

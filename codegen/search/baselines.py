@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import dragon_dsl
 from dragon_dsl.errors import DragonError
+from dragon_dsl.files import write_atomic
 
 from ..measure.cache import cache_root
 from ..measure.config import MeasureConfig
@@ -188,16 +189,7 @@ def _memo_load(path: str, workload: WorkloadLike, tgt) -> BestResult | None:
 def _memo_store(path: str, fields: dict, result: BestResult, spec: str, cost_model: str) -> None:
     data = {"version": _MEMO_VERSION, "spec": spec, **fields, "cost_model": cost_model,
             "trials_run": result.trials, "latency": result.latency, "script": result.script}
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _build_candidate(mod, target, _params):

@@ -1,11 +1,42 @@
 """What the model-driven subcommands (``dragon sample``, ``dragon optimize``) share: reading
-the script to refine and loading a local model, each failure a ``UsageError``."""
+the script to refine and loading a local model, each failure a ``UsageError``; and the
+measurement flags of ``dragon optimize`` and ``dragon datagen``, made from ``MeasureConfig``."""
 
 from __future__ import annotations
 
-from dragon_dsl.cli_kit import UsageError, read_source
+import argparse
+from collections.abc import Mapping
+from typing import Any
 
-__all__ = ["load_model", "model_path", "script_to_refine"]
+from codegen.measure.config import MeasureConfig
+from dragon_dsl.cli_kit import UsageError, add_config_arguments, read_source
+from dragon_dsl.configs import layered
+
+__all__ = ["MEASURE_FLAGS", "add_measure_arguments", "load_model", "measure_from_args",
+           "model_path", "script_to_refine"]
+
+# The measurement settings a training command offers (MeasureConfig's seed, of the inputs, is
+# not its --seed).
+MEASURE_FLAGS = ("repeat", "min_repeat_ms", "build_timeout_s", "run_timeout_s")
+
+
+def add_measure_arguments(parser: argparse.ArgumentParser, *, preset: bool = False) -> None:
+    """``--repeat``, ``--min-repeat-ms``, ``--build-timeout-s`` and ``--run-timeout-s``
+    (``--timeout``), from ``MeasureConfig``'s fields; ``preset``: a flag not given leaves the
+    preset's value (``measure_from_args``)."""
+    add_config_arguments(parser, MeasureConfig, only=MEASURE_FLAGS, layered=preset,
+                         aliases={"run_timeout_s": ("--timeout",)})
+
+
+def measure_from_args(args: argparse.Namespace,
+                      preset: Mapping[str, Any] | None = None) -> MeasureConfig:
+    """The ``MeasureConfig`` of the measurement flags given over ``preset``'s fields (then
+    the defaults); UsageError for a value it refuses."""
+    given = {n: getattr(args, n) for n in MEASURE_FLAGS if getattr(args, n, None) is not None}
+    try:
+        return layered(MeasureConfig, {"preset": preset or {}}, "preset", None, given)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def script_to_refine(path: str) -> str:

@@ -26,33 +26,30 @@ from dragon_dsl.cli_kit import (
     add_config_arguments,
     config_from_args,
     examples,
+    given_flags,
+    parse_target,
 )
+from dragon_dsl.configs import layered
+from training.cli.common import add_measure_arguments, measure_from_args
 
 __all__ = ["register"]
 
-_MEASURE_FLAGS = ("repeat", "min_repeat_ms", "build_timeout_s", "run_timeout_s")
-_SEARCH_FLAGS = ("trials", "per_round", "population", "cost_model", "seed")
 
 
 def _tasks(args) -> tuple[list, dict[str, Any], Any]:
     """The run's tasks, the settings that define the run, and its preset."""
     from codegen.search.tune import SearchConfig
-    from codegen.targets import as_target, default_rules, target_dict
+    from codegen.targets import default_rules, target_dict
     from training.datagen.tasks import PRESETS, tasks_for
 
     chosen = PRESETS[args.preset] if args.preset else None
-    search_defaults = dataclasses.asdict(chosen.search if chosen else SearchConfig())
-    overrides = {name: getattr(args, name) for name in _SEARCH_FLAGS
-                 if getattr(args, name) is not None}
-    try:
-        search = SearchConfig(**{**search_defaults, **overrides})
+    try:  # the preset's search settings under the flags given
+        search = layered(SearchConfig, {n: p.search for n, p in PRESETS.items()}, args.preset,
+                         None, given_flags(SearchConfig, args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     target = args.target or (chosen.target if chosen else {"kind": "llvm", "num-cores": 2})
-    try:
-        tgt = as_target(target)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(str(exc)) from None
+    tgt = parse_target(target)
     rules = args.rules or default_rules(tgt)
     if args.workload:
         specs = list(args.workload)
@@ -78,15 +75,7 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
 
 
 def _measure_config(args, chosen):
-    from codegen.measure import MeasureConfig
-
-    defaults = dict(chosen.extra.get("measure", {})) if chosen else {}
-    values = {name: getattr(args, name) for name in _MEASURE_FLAGS
-              if getattr(args, name) is not None}
-    try:
-        return MeasureConfig(**{**defaults, **values})
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    return measure_from_args(args, chosen.extra.get("measure", {}) if chosen else None)
 
 
 def _rpc(args) -> dict[str, str] | None:
@@ -178,7 +167,6 @@ def _from_database(args) -> int:
     """Import a MetaSchedule database: one committed task per workload, re-measured unless
     ``--as-is``."""
     from codegen.measure import Evaluator
-    from codegen.targets import as_target
     from training.datagen.from_database import database_records
     from training.datagen.generate import check_manifest
     from training.datagen.records import DataError, RecordStore
@@ -203,10 +191,7 @@ def _from_database(args) -> int:
     try:
         evaluator = None
         if measure is not None:
-            try:
-                tgt = as_target(args.target or {"kind": "llvm", "num-cores": 2})
-            except (ValueError, TypeError) as exc:
-                raise UsageError(str(exc)) from None
+            tgt = parse_target(args.target or {"kind": "llvm", "num-cores": 2})
             evaluator = Evaluator(tgt, config=measure, builders=args.builders,
                                   cache=os.path.join(os.path.abspath(out), "cache.sqlite"))
         try:
@@ -236,7 +221,6 @@ def _say(message: str) -> None:
 
 def register(subparsers) -> None:
     """Add ``dragon datagen`` (the ``dragon.commands`` entry point)."""
-    from codegen.measure import MeasureConfig
     from codegen.search.tune import SearchConfig
     from training.datagen.examples import ExampleConfig
     from training.datagen.tasks import PRESETS
@@ -268,19 +252,8 @@ def register(subparsers) -> None:
     p.add_argument("--time-limit-s", type=float,
                    help="seconds of search per workload; the round in progress finishes "
                         "(default: the preset's, else 1800)")
-    search_defaults = {f.name: f.default for f in dataclasses.fields(SearchConfig)}
-    for f in dataclasses.fields(SearchConfig):
-        p.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, default=None,
-                       type=type(search_defaults[f.name]),
-                       help=f"{f.metadata['help']} (default: the preset's, else "
-                            f"{search_defaults[f.name]})")
-    measure_defaults = {f.name: f.default for f in dataclasses.fields(MeasureConfig)}
-    for name in _MEASURE_FLAGS:
-        field = next(f for f in dataclasses.fields(MeasureConfig) if f.name == name)
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, default=None,
-                       type=type(measure_defaults[name]),
-                       help=f"{field.metadata['help']} (default: the preset's, else "
-                            f"{measure_defaults[name]})")
+    add_config_arguments(p, SearchConfig, layered=True)
+    add_measure_arguments(p, preset=True)
     p.add_argument("--workers", type=int, default=1,
                    help="tasks run at once on this machine (default: 1)")
     p.add_argument("--builders", type=int,

@@ -20,7 +20,13 @@ import contextlib
 import json
 import sys
 
-from dragon_dsl.cli_kit import ExitCode, UsageError, examples
+from dragon_dsl.cli_kit import (
+    ExitCode,
+    UsageError,
+    add_config_arguments,
+    config_from_args,
+    examples,
+)
 
 __all__ = ["register"]
 
@@ -47,13 +53,7 @@ def cmd_eval(args) -> int:
     from training.train.sft_config import ConfigError
 
     try:
-        config = EvalConfig(split=args.split, kinds=tuple(args.kinds), max_tasks=args.max_tasks,
-                            attempts=args.attempts, temperature=args.temperature,
-                            top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                            seed=args.seed, repeat=args.repeat,
-                            min_repeat_ms=args.min_repeat_ms, builders=args.builders,
-                            metaschedule=not args.no_metaschedule,
-                            search_population=args.search_population)
+        config = config_from_args(EvalConfig, args)
         with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
             summary = run_eval(_models(args.model), args.data, args.out, target=args.target,
                                config=config, progress=not args.quiet)
@@ -70,7 +70,10 @@ def cmd_eval(args) -> int:
 
 
 def register(subparsers) -> None:
-    """Add ``dragon eval`` (the ``dragon.commands`` entry point)."""
+    """Add ``dragon eval`` (the ``dragon.commands`` entry point): its settings' flags made from
+    ``EvalConfig``, nested sampling and measurement flags included."""
+    from training.evaluate.runner import EvalConfig
+
     p = subparsers.add_parser(
         "eval", help="evaluate models side by side on held-out tasks, measured",
         description="Sample scripts from each model for the held-out construction and "
@@ -94,23 +97,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, help="the evaluation's directory (resumable)")
     p.add_argument("--target", default=None,
                    help="where kernels are measured (default: the data's target)")
-    p.add_argument("--split", default="test", help="the split to evaluate on (default test)")
-    p.add_argument("--kinds", nargs="+", default=["construction", "refinement"],
-                   choices=["construction", "refinement"], help="task kinds")
-    p.add_argument("--max-tasks", type=int, default=None, help="at most this many per kind")
-    p.add_argument("-k", "--attempts", type=int, default=4, help="scripts per task and model")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-new-tokens", type=int, default=640)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeat", type=int, default=5, help="timed runs per measurement")
-    p.add_argument("--min-repeat-ms", type=float, default=10.0,
-                   help="each timed run repeats the kernel at least this long")
-    p.add_argument("--builders", type=int, default=None, help="parallel builds")
-    p.add_argument("--no-metaschedule", action="store_true",
-                   help="skip MetaSchedule's search at equal budgets (the model 'metaschedule')")
-    p.add_argument("--search-population", type=int, default=512,
-                   help="population of MetaSchedule's evolutionary search (default 512)")
+    add_config_arguments(p, EvalConfig, aliases={"attempts": ("-k",)})
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_eval)

@@ -17,20 +17,16 @@ from __future__ import annotations
 import os
 import sys
 
-from dragon_dsl.cli_kit import ExitCode, UsageError, examples
+from dragon_dsl.cli_kit import ExitCode, UsageError, examples, parse_target
 
 __all__ = ["register"]
 
 
 def cmd_grammar(args) -> int:
-    from codegen.targets import RULE_SETS, as_target
+    from codegen.targets import RULE_SETS
     from training.grammars.gbnf import sampling_grammar_as
 
-    target = args.target
-    try:
-        as_target(target)
-    except ValueError as exc:  # TargetError
-        raise UsageError(str(exc)) from None
+    target = parse_target(args.target)
     if args.rules is not None and args.rules not in RULE_SETS:
         raise UsageError(f"Expected --rules among {', '.join(RULE_SETS)} but got {args.rules!r}")
     if args.out is not None:
@@ -47,9 +43,9 @@ def cmd_grammar(args) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        from training.datagen.records import write_atomically
+        from dragon_dsl.files import write_atomic
 
-        write_atomically(args.out, text)
+        write_atomic(args.out, text)
         print(f"wrote {args.out} ({len(text)} bytes, {args.format})", file=sys.stderr)
     return ExitCode.OK
 

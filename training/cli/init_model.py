@@ -22,6 +22,7 @@ from dragon_dsl.cli_kit import (
     add_config_arguments,
     config_from_args,
     examples,
+    parse_target,
 )
 from training.models.tokenizer import TokenizerConfig
 
@@ -81,15 +82,11 @@ def cmd_init_model(args) -> int:
 
 def _check_specs(config: TokenizerConfig) -> None:
     from codegen.cli.workloads import cli_workload
-    from codegen.targets import as_target
 
-    try:
-        for spec in config.workloads:
-            cli_workload(spec)
-        for target in config.targets:
-            as_target(target)
-    except ValueError as exc:  # WorkloadError, TargetError
-        raise UsageError(str(exc)) from None
+    for spec in config.workloads:
+        cli_workload(spec)
+    for target in config.targets:
+        parse_target(target)
 
 
 def register(subparsers) -> None:

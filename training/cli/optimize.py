@@ -22,7 +22,6 @@ import json
 import sys
 from pathlib import Path
 
-from codegen.measure.config import MeasureConfig
 from dragon_dsl.cli_kit import (
     ExitCode,
     UsageError,
@@ -31,9 +30,17 @@ from dragon_dsl.cli_kit import (
     examples,
     format_latency,
     format_ratio,
+    given_flags,
+    parse_target,
     text_table,
 )
-from training.cli.common import load_model, model_path, script_to_refine
+from training.cli.common import (
+    add_measure_arguments,
+    load_model,
+    measure_from_args,
+    model_path,
+    script_to_refine,
+)
 from training.cli.optimize_model import is_whole_model, run_optimize_model
 from training.optimize.kernel import OptimizeConfig
 from training.optimize.model import ModelOptimizeConfig
@@ -42,7 +49,7 @@ from training.sampling.config import SamplingConfig
 __all__ = ["default_out", "format_report", "register"]
 
 _SAMPLING = ("temperature", "top_p", "seed", "max_new_tokens", "batch_size")
-_MEASURE = ("repeat", "min_repeat_ms", "build_timeout_s", "run_timeout_s")
+_WHOLE_MODEL = "only a whole model (model(...) without task=, or a Relax module file)"
 
 
 def default_out(wl) -> str:
@@ -119,31 +126,30 @@ def cmd_optimize(args) -> int:
     from codegen.cli.workloads import cli_workload
     from codegen.measure import Evaluator
     from codegen.measure.devices import create
-    from codegen.targets import as_target
-    from training.datagen.records import write_atomically
+    from dragon_dsl.files import write_atomic
     from training.optimize.kernel import OptimizeError, RefineError, measure_start, optimize
 
-    path = model_path(args.model)
     whole = is_whole_model(args.workload)
+    if not whole:
+        refused = [*given_flags(ModelOptimizeConfig, args),
+                   *(["database"] if args.database is not None else [])]
+        if refused:
+            flag = "--" + refused[0].replace("_", "-")
+            raise UsageError(f"{flag}: {_WHOLE_MODEL} takes it, not {args.workload}")
+    path = model_path(args.model)
     wl = None if whole else cli_workload(args.workload)
+    target = parse_target(args.target)
     try:
-        target = as_target(args.target)
         create(target)  # a target this machine cannot measure on (num-cores it lacks)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
     config = config_from_args(OptimizeConfig, args)
     sampling = config_from_args(SamplingConfig, args, n=config.k)
-    try:  # not config_from_args: MeasureConfig's seed (of the inputs) is not --seed
-        measure = MeasureConfig(**{f: getattr(args, f) for f in _MEASURE})
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    measure = measure_from_args(args)
     if args.builders is not None and args.builders < 1:
         raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
     if whole:
         return run_optimize_model(args, target, config, sampling, measure, path)
-    if args.database is not None:
-        raise UsageError("--database: only a whole model (model(...) without task=, or a "
-                         "Relax module file) writes a database")
     old = script_to_refine(args.refine) if args.refine else None
     out = args.out or default_out(wl)
     if Path(out).is_dir() or not Path(out).resolve().parent.is_dir():
@@ -165,7 +171,7 @@ def cmd_optimize(args) -> int:
     written = None
     if result.ok:
         assert result.best is not None
-        write_atomically(out, result.best.script)
+        write_atomic(out, result.best.script)
         written = out
     if args.json:
         print(json.dumps({**result.as_dict(), "out": written}, indent=2))
@@ -212,10 +218,10 @@ def register(subparsers) -> None:
     p.add_argument("--database", metavar="DIR", help="a whole model: the MetaSchedule JSON "
                    "database to write (default: --out without .json, plus .database); "
                    "MetaSchedule's own at equal measurements goes to DIR.metaschedule")
-    add_config_arguments(p, ModelOptimizeConfig)
+    # Whole-model flags: a kernel refuses them, so they are told apart from their defaults.
+    add_config_arguments(p, ModelOptimizeConfig, given_only=True)
     add_config_arguments(p, SamplingConfig, only=_SAMPLING)
-    add_config_arguments(p, MeasureConfig, only=_MEASURE,
-                         aliases={"run_timeout_s": ("--timeout",)})
+    add_measure_arguments(p)
     p.add_argument("--builders", type=int, default=None,
                    help="parallel build workers (default: one per core)")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")

@@ -128,8 +128,8 @@ def run_optimize_model(args, target, config, sampling, measure, path: str) -> in
     import sys
 
     from codegen.measure import Evaluator
+    from dragon_dsl.files import write_atomic
     from training.cli.common import load_model
-    from training.datagen.records import write_atomically
     from training.optimize.kernel import OptimizeError
     from training.optimize.model import ModelOptimizeConfig, optimize_model
 
@@ -158,7 +158,7 @@ def run_optimize_model(args, target, config, sampling, measure, path: str) -> in
                                     loader=lambda: load_model(path))
         except OptimizeError as exc:
             raise UsageError(f"--budget: {exc}") from None
-    write_atomically(out, json.dumps(result.as_dict(), indent=2))
+    write_atomic(out, json.dumps(result.as_dict(), indent=2))
     if args.json:
         print(json.dumps({**result.as_dict(), "out": out}, indent=2))
     else:

@@ -23,6 +23,7 @@ from dragon_dsl.cli_kit import (
     add_config_arguments,
     config_from_args,
     examples,
+    parse_target,
 )
 from training.cli.common import load_model, model_path, script_to_refine
 from training.optimize.propose import GRAMMARS
@@ -37,14 +38,10 @@ _FLAGS = ("n", "temperature", "top_p", "seed", "max_new_tokens", "batch_size", "
 
 def cmd_sample(args) -> int:
     from codegen.cli.workloads import cli_workload
-    from codegen.targets import as_target
     from training.optimize.propose import ProposeError, measured_latency, propose
 
-    try:
-        wl = cli_workload(args.workload)
-        as_target(args.target)
-    except ValueError as exc:  # WorkloadError, TargetError
-        raise UsageError(str(exc)) from None
+    wl = cli_workload(args.workload)
+    target = parse_target(args.target)
     if args.latency_us is not None and not args.latency_us > 0:
         raise UsageError(f"Expected --latency-us > 0 but got --latency-us {args.latency_us}")
     config = config_from_args(SamplingConfig, args)
@@ -55,12 +52,12 @@ def cmd_sample(args) -> int:
     if args.check or (old is not None and args.latency_us is None):
         from codegen.measure import Evaluator
 
-        evaluator = Evaluator(args.target)
+        evaluator = Evaluator(target)
     try:
         latency = args.latency_us * 1e-6 if args.latency_us is not None else None
         if old is not None and latency is None:
             latency = measured_latency(wl, old, evaluator)
-        proposals = propose(model, tokenizer, wl, args.target, config=config, grammar=grammar,
+        proposals = propose(model, tokenizer, wl, target, config=config, grammar=grammar,
                             refine=old, latency_s=latency,
                             evaluator=evaluator if args.check else None)
     except ProposeError as exc:

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dragon_dsl.cli_kit import ExitCode, UsageError, add_config_arguments
+from dragon_dsl.cli_kit import ExitCode, UsageError, add_config_arguments, given_flags
 from training.train.run_dir import RunError
 from training.train.sft_config import ConfigError, config_dict
 
@@ -47,8 +46,7 @@ class TrainCommand:
 
     def given(self, args: argparse.Namespace) -> dict[str, Any]:
         """The config fields given as flags (argparse leaves the others out)."""
-        names = {f.name for f in dataclasses.fields(self.kind)}
-        return {k: v for k, v in vars(args).items() if k in names}
+        return given_flags(self.kind, args)
 
     def config(self, args: argparse.Namespace) -> Any:
         """The config the flags name; ``UsageError`` for one that cannot be used."""
@@ -95,12 +93,8 @@ class TrainCommand:
         parser.add_argument("--json", action="store_true",
                             help="print the run's summary as JSON")
         parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-        add_config_arguments(parser, self.kind)
         # Only the flags given count: the preset and the YAML file supply the rest.
-        names = {f.name for f in dataclasses.fields(self.kind)}
-        for action in parser._actions:
-            if action.dest in names:
-                action.default = argparse.SUPPRESS
+        add_config_arguments(parser, self.kind, layered=True)
         parser.set_defaults(func=self)
 
 

@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from dragon_dsl.files import atomic_file, write_atomic
 from training.datagen.dataset import RECORDS_FILE, TASKS
 from training.datagen.examples import SPLITS, THIRDS, Examples
-from training.datagen.records import write_atomically
 from training.prompts.templates import PROMPT_VERSION
 
 __all__ = ["PLOTS", "quantiles", "token_lengths", "write_card"]
@@ -86,7 +86,7 @@ def write_card(out: str, examples: Examples, *, tokenizer: Any = None,
     plots = _plots(os.path.join(out, "plots"), examples, lengths)
     text = _front_matter(examples) + _body(examples, lengths, plots, title, generation or {}, name)
     path = os.path.join(out, "README.md")
-    write_atomically(path, text)
+    write_atomic(path, text)
     return path
 
 
@@ -228,15 +228,11 @@ def _plots(folder: str, examples: Examples,
     paths = {}
 
     def save(name: str, fig: Any) -> None:
-        # A name of our own rather than mkstemp's, whose file is private (mode 600).
-        tmp = os.path.join(folder, f".tmp-{name}-{os.getpid()}.png")
         try:
-            fig.savefig(tmp, dpi=100, bbox_inches="tight")
-            os.replace(tmp, os.path.join(folder, f"{name}.png"))
+            with atomic_file(os.path.join(folder, f"{name}.png"), "wb") as f:
+                fig.savefig(f, format="png", dpi=100, bbox_inches="tight")
         finally:
             plt.close(fig)
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         paths[name] = f"plots/{name}.png"
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))

@@ -14,16 +14,14 @@ columns of ``construction_features()`` or ``refinement_features()``.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import os
-import shutil
-import tempfile
 from collections.abc import Iterable
 from typing import Any
 
+from dragon_dsl.files import atomic_file, replace_dir
 from training.datagen.examples import SPLITS, Examples
-from training.datagen.records import Record, atomic_file, current_umask
+from training.datagen.records import Record
 
 __all__ = ["FEATURES", "RECORDS_FILE", "TASKS", "construction_features", "dataset_dict",
            "refinement_features", "save_atomically", "write_datasets", "write_records"]
@@ -79,28 +77,10 @@ def dataset_dict(rows: dict[str, list[dict[str, Any]]], features: Any) -> Any:
 
 
 def save_atomically(data: Any, path: str) -> None:
-    """``data.save_to_disk`` into a temporary folder beside ``path``, then renamed to it."""
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    name = os.path.basename(path)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=f".tmp-{name}-")
-    old = None
-    try:
+    """``data.save_to_disk`` into a temporary folder beside ``path``, then renamed to it
+    (``dragon_dsl.files.replace_dir``)."""
+    with replace_dir(path) as tmp:
         _save(data, tmp)
-        _permissions(tmp)
-        if os.path.exists(path):
-            old = tempfile.mkdtemp(dir=parent, prefix=f".old-{name}-")
-            os.replace(path, os.path.join(old, name))
-        os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if old is not None and not os.path.exists(path):  # put the old one back
-            with contextlib.suppress(OSError):
-                os.replace(os.path.join(old, name), path)
-        raise
-    finally:
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
 
 
 def _save(data: Any, path: str) -> None:
@@ -119,15 +99,6 @@ def _save(data: Any, path: str) -> None:
     finally:
         if not quiet:
             enable_progress_bars()
-
-
-def _permissions(path: str) -> None:
-    """The modes a plain ``mkdir``/``open`` would give (temporary files are private)."""
-    umask = current_umask()
-    for root, _dirs, files in os.walk(path):
-        os.chmod(root, 0o777 & ~umask)
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o666 & ~umask)
 
 
 def write_records(out: str, records: Iterable[Record]) -> str:

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.datagen.records import DataError, RecordStore, TaskSummary, write_atomically
+from dragon_dsl.files import write_atomic
+from training.datagen.records import DataError, RecordStore, TaskSummary
 from training.datagen.runner import TaskResult
 from training.datagen.tasks import Task
 
@@ -65,13 +66,13 @@ def check_manifest(out: str, settings: dict[str, Any], tasks: list[Task]) -> Non
                             f"({path}); rerun with the same command to continue it, or choose "
                             f"another --out")
         return
-    write_atomically(path, json.dumps(wanted, indent=1, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(wanted, indent=1, sort_keys=True) + "\n")
 
 
 def _commit(store: RecordStore, result: TaskResult) -> None:
     folder = os.path.join(store.root, "databases", result.summary.key)
     for name, text in result.database.items():
-        write_atomically(os.path.join(folder, name), text)
+        write_atomic(os.path.join(folder, name), text)
     store.commit(result.summary, result.records)
 
 

@@ -20,15 +20,14 @@ import contextlib
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
-from typing import IO, Any
+from typing import Any
 
 from dragon_dsl.errors import DragonError
+from dragon_dsl.files import write_atomic
 
-__all__ = ["RECORD_VERSION", "DataError", "Record", "RecordStore", "TaskSummary",
-           "atomic_file", "write_atomically"]
+__all__ = ["RECORD_VERSION", "DataError", "Record", "RecordStore", "TaskSummary"]
 
 RECORD_VERSION = 1
 
@@ -115,39 +114,6 @@ class TaskSummary:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-@contextlib.contextmanager
-def atomic_file(path: str, mode: str = "w") -> Iterator[IO[Any]]:
-    """A file object whose content replaces ``path`` in one step when the block ends (written
-    to a temporary file, fsynced, given the mode a plain ``open`` would give, renamed), so
-    readers see the old file or the whole new one, never a part; nothing on an error."""
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp's file is private (0600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def current_umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
-
-
-def write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through ``atomic_file``."""
-    with atomic_file(path) as f:
-        f.write(text)
-
-
 class RecordStore:
     """The ``records/`` and ``tasks/`` folders of a datagen output directory."""
 
@@ -181,8 +147,8 @@ class RecordStore:
     def commit(self, summary: TaskSummary, records: list[Record]) -> None:
         """Write a task's records, then its summary (the commit)."""
         records_path, task_path = self._paths(summary.key)
-        write_atomically(records_path, "".join(r.to_json() + "\n" for r in records))
-        write_atomically(task_path, summary.to_json() + "\n")
+        write_atomic(records_path, "".join(r.to_json() + "\n" for r in records))
+        write_atomic(task_path, summary.to_json() + "\n")
 
     def forget(self, key: str) -> None:
         """Remove a committed task (its summary first), so that it runs again."""

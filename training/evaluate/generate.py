@@ -62,16 +62,14 @@ class LocalModel:
 
     def generate(self, prompt: str, workload: Any, target: Any, config: Any,
                  seed: int) -> list[dict[str, Any]]:
-        from training.sampling import SamplingConfig, load
+        from training.sampling import load
         from training.sampling.schedule_aware import sample_schedule_aware
 
         if self._loaded is None:
             self._loaded = load(self.source)
         model, tokenizer = self._loaded
-        sampling = SamplingConfig(n=config.attempts, temperature=config.temperature,
-                                  top_p=config.top_p, max_new_tokens=config.max_new_tokens,
-                                  seed=seed, batch_size=config.attempts)
-        samples = sample_schedule_aware(model, tokenizer, prompt, workload, target, sampling)
+        samples = sample_schedule_aware(model, tokenizer, prompt, workload, target,
+                                        config.attempt_sampling(seed))
         return [{"script": s.text, "finish_reason": s.finish_reason, "tokens": s.n_tokens,
                  "applies_live": s.applies, "resampled": s.resampled} for s in samples]
 

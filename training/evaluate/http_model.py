@@ -120,8 +120,8 @@ class HttpModel:
 
         body: dict[str, Any] = {
             "model": self.spec.model, "prompt": prompt, "n": n,
-            "temperature": config.temperature, "top_p": config.top_p,
-            "max_tokens": config.max_new_tokens, "seed": seed, "stop": [STOP]}
+            "temperature": config.sampling.temperature, "top_p": config.sampling.top_p,
+            "max_tokens": config.sampling.max_new_tokens, "seed": seed, "stop": [STOP]}
         fmt, path = GRAMMAR_MODES[self.spec.grammar]
         if fmt is not None:
             *outer, last = path

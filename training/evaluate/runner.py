@@ -32,13 +32,15 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from codegen.measure.config import MeasureConfig
 from training.evaluate import metaschedule
 from training.evaluate.errors import EvalError
 from training.evaluate.tasks import KINDS, EvalTask, load_tasks
+from training.sampling.config import SamplingConfig
 
 __all__ = ["EvalConfig", "EvalError", "run_eval"]
 
@@ -50,21 +52,20 @@ class EvalConfig:
     """What is evaluated and how it is sampled and measured."""
 
     split: str = field(default="test", metadata={"help": "The dataset split to evaluate on."})
-    kinds: tuple[str, ...] = field(default=KINDS, metadata={"help": "Task kinds to evaluate."})
+    kinds: tuple[str, ...] = field(default=KINDS, metadata={
+        "help": "Task kinds to evaluate.", "choices": KINDS, "nargs": "+"})
     max_tasks: int | None = field(default=None, metadata={
         "help": "At most this many tasks of each kind (the first ones)."})
     attempts: int = field(default=4, metadata={"help": "Scripts sampled per task and model."})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
-    top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling threshold."})
-    max_new_tokens: int = field(default=640, metadata={"help": "Token budget per script."})
-    seed: int = field(default=0, metadata={
-        "help": "Sampling seed; each (task, attempt) draws from its own stream.  Also the "
-                "seed of MetaSchedule's search."})
-    repeat: int = field(default=5, metadata={"help": "Timed runs per measurement (median)."})
-    min_repeat_ms: float = field(default=10.0, metadata={
-        "help": "Each timed run repeats the kernel for at least this long."})
-    run_timeout_s: float = field(default=60.0, metadata={
-        "help": "A kernel that runs longer is a timeout."})
+    sampling: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(top_p=0.95, max_new_tokens=640), metadata={
+            "help": "How a local model or an endpoint samples; its seed gives each (task, "
+                    "attempt) its own stream and seeds MetaSchedule's search.",
+            "flags": ("temperature", "top_p", "max_new_tokens", "seed")})
+    measure: MeasureConfig = field(
+        default_factory=lambda: MeasureConfig(repeat=5, min_repeat_ms=10.0), metadata={
+            "help": "How every attempt and reference is measured.",
+            "flags": ("repeat", "min_repeat_ms", "run_timeout_s")})
     builders: int | None = field(default=None, metadata={"help": "Parallel builds."})
     tie: float = field(default=0.02, metadata={
         "help": "Head to head, best kernels within this relative difference tie."})
@@ -87,9 +88,21 @@ class EvalConfig:
 
     def settings(self) -> dict[str, Any]:
         """The fields a resumed run must share (those that change what a row means; the
-        search's settings are in the name of the model ``metaschedule`` instead)."""
-        return {k: v for k, v in asdict(self).items()
-                if k not in ("builders", "tie", "metaschedule", "search_population")}
+        search's settings are in the name of the model ``metaschedule`` instead), by their
+        flat names, as ``eval.json`` has always held them."""
+        out = {k: v for k, v in asdict(self).items()
+               if k not in ("builders", "tie", "metaschedule", "search_population", "sampling",
+                            "measure")}
+        for name, part in (("sampling", self.sampling), ("measure", self.measure)):
+            out.update({k: getattr(part, k) for k in _FLAGS[name]})
+        return out
+
+    def attempt_sampling(self, seed: int) -> SamplingConfig:
+        """What a local model samples for one task: ``attempts`` scripts from ``seed``."""
+        return replace(self.sampling, n=self.attempts, seed=seed, batch_size=self.attempts)
+
+
+_FLAGS = {f.name: f.metadata["flags"] for f in fields(EvalConfig) if "flags" in f.metadata}
 
 
 def _slug(text: str) -> str:
@@ -115,11 +128,11 @@ class _Files:
         return self.path(model, task).is_file()
 
     def _write(self, model: str, task: EvalTask, text: str) -> None:
-        from training.datagen.records import write_atomically
+        from dragon_dsl.files import write_atomic
 
         path = self.path(model, task)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(str(path), text)
+        write_atomic(str(path), text)
 
 
 class _Store(_Files):
@@ -169,9 +182,9 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
                 raise EvalError(f"{out}: model {name!r} was {path_}, now "
                                 f"{manifest['models'][name]}; {hint}")
         manifest = {**manifest, "models": {**held.get("models", {}), **manifest["models"]}}
-    from training.datagen.records import write_atomically
+    from dragon_dsl.files import write_atomic
 
-    write_atomically(str(path), json.dumps(manifest, indent=1) + "\n")
+    write_atomic(str(path), json.dumps(manifest, indent=1) + "\n")
 
 
 def measure_references(task: EvalTask, workload: Any, evaluator: Any) -> dict[str, Any]:
@@ -195,7 +208,7 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     """Evaluate ``models`` (name -> a local model or SFT/RL run directory, or an
     OpenAI-compatible endpoint ``http://host:port/v1#served-model``: ``generate.create``) on the
     tasks of ``data``; returns the summary (also written to ``OUT/summary.json``)."""
-    from codegen.measure import Evaluator, MeasureConfig
+    from codegen.measure import Evaluator
     from codegen.workloads import workload as make_workload
     from training.evaluate.generate import create
     from training.evaluate.metrics import budget_curves, head_to_head, summarize
@@ -230,9 +243,8 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     todo = [(name, t) for name in names for t in tasks if not store.has(name, t)]
     owned = evaluator is None and bool(todo)
     if owned:
-        measure = MeasureConfig(repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
-                                run_timeout_s=config.run_timeout_s)
-        evaluator = Evaluator(target, builders=config.builders, config=measure, cache=False)
+        evaluator = Evaluator(target, builders=config.builders, config=config.measure,
+                              cache=False)
     try:
         if todo:
             _evaluate(todo, generators, tasks, evaluator, store, config, make_workload, progress)
@@ -364,7 +376,8 @@ def _generate(generator, tasks, start_s, generated, target, config, workload_of,
         prompt = (refinement_prompt(wl, target, task.start_script, start_s[task.id])
                   if task.kind == "refinement" else construction_prompt(wl, target))
         started = time.perf_counter()
-        samples = generator.generate(prompt, wl, target, config, _task_seed(config.seed, task))
+        samples = generator.generate(prompt, wl, target, config,
+                                     _task_seed(config.sampling.seed, task))
         generated.write(name, task, {
             "prompt": prompt, "generation_s": (time.perf_counter() - started) / len(samples),
             "samples": samples})
@@ -385,7 +398,7 @@ def _search(tasks, generated, evaluator, config, workload_of, progress) -> None:
     """MetaSchedule's attempts at ``tasks``: one search per workload, ``attempts`` trials."""
     from tqdm.auto import tqdm
 
-    from training.datagen.records import write_atomically
+    from dragon_dsl.files import write_atomic
 
     searches = _Searches(generated.root.parent)
     first: dict[str, EvalTask] = {}
@@ -403,9 +416,9 @@ def _search(tasks, generated, evaluator, config, workload_of, progress) -> None:
                                 "again") from None
         found[spec] = metaschedule.search_attempts(
             workload_of(first[spec]), spec, evaluator.target, evaluator,
-            config.attempts, config.seed, config.search_population)
+            config.attempts, config.sampling.seed, config.search_population)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(str(path), json.dumps(found[spec]) + "\n")
+        write_atomic(str(path), json.dumps(found[spec]) + "\n")
     for task in tasks:
         search = found[task.workload]
         samples = search["samples"]

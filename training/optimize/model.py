@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -137,12 +136,10 @@ class ModelResult:
 def _write(database: str, records: list, target: Any) -> None:
     """The database in directory ``database``, replacing what a run before left there."""
     from codegen.search.database import write_database
+    from dragon_dsl.files import replace_dir
 
-    os.makedirs(database, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=database, prefix=".writing-") as tmp:
+    with replace_dir(database) as tmp:
         write_database(tmp, records, target)
-        for name in os.listdir(tmp):
-            os.replace(os.path.join(tmp, name), os.path.join(database, name))
 
 
 def _metaschedule(task, target, evaluator, trials: int, population: int,

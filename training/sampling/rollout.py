@@ -31,6 +31,7 @@ import torch
 from transformers import LogitsProcessorList
 
 from training.prompts.templates import STOP
+from training.sampling.config import SamplingConfig
 from training.sampling.grammar_processor import grammar_logits_processor
 
 __all__ = ["ScheduleRollout", "grammar_rollout", "kept_mass", "schedule_rollout"]
@@ -87,7 +88,9 @@ class ScheduleRollout:
     ``finish_reason``, ``forced_tokens``, ``resampled`` (statements sampled again),
     ``applies`` and ``kept_mass``: the mean, over the tokens the model drew, of the share of
     the model's probability the mask kept at that step (``exp(model - masked)`` of each token's
-    logprobs, at most 1).  ``seconds`` holds the wall time of each call.
+    logprobs, at most 1).  ``seconds`` holds the wall time of each call.  ``sampling``: the
+    rollouts' temperature, top_p, token budget and end marker (a ``SamplingConfig``, the run
+    config's own); without it, those of the trainer's generation config and ``stop``.
 
     >>> GRPOTrainer(..., rollout_func=ScheduleRollout(dict(zip(prompts, workloads))))
     ... # doctest: +SKIP
@@ -95,13 +98,14 @@ class ScheduleRollout:
 
     def __init__(self, workload_of: Callable[[Any], Any] | Mapping[str, Any],
                  target: Any = "llvm", tokenizer=None, *, stop: str | None = STOP,
-                 config: Any = None) -> None:
+                 config: Any = None, sampling: SamplingConfig | None = None) -> None:
         self._lookup = workload_of.__getitem__ if isinstance(workload_of, Mapping) \
             else workload_of
         self.target = target
         self.tokenizer = tokenizer
         self.stop = stop
         self.config = config
+        self.sampling = sampling
         self.seconds: list[float] = []
 
     def workload(self, prompt: Any) -> Any:
@@ -116,6 +120,9 @@ class ScheduleRollout:
         started = time.perf_counter()
         tok = self.tokenizer if self.tokenizer is not None else trainer.processing_class
         generation = trainer.generation_config
+        sampling = self.sampling or SamplingConfig(
+            temperature=generation.temperature or 1.0, top_p=generation.top_p or 1.0,
+            max_new_tokens=generation.max_new_tokens, stop=self.stop)
         eos = list(trainer.eos_token_ids)
         prompt_ids = _prompt_ids(tok, prompts)
         workloads = [self.workload(p) for p in prompts]
@@ -123,10 +130,8 @@ class ScheduleRollout:
                 trainer.model_wrapped, trainer.accelerator,
                 gather_deepspeed3_params=trainer.args.ds3_gather_for_generation) as model:
             results = schedule_aware_generate(
-                model, tok, prompt_ids, workloads, self.target,
-                temperature=generation.temperature or 1.0, top_p=generation.top_p or 1.0,
-                max_new_tokens=generation.max_new_tokens, stop=self.stop, eos_token_ids=eos,
-                config=self.config)
+                model, tok, prompt_ids, workloads, self.target, sampling=sampling,
+                eos_token_ids=eos, config=self.config)
         completions, logprobs = [], []
         for r in results:
             ended = r.finish_reason == "end"

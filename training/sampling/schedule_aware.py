@@ -49,7 +49,7 @@ import dragon_dsl
 from dragon_dsl.live import LiveSchedule
 from training.grammars.constraints import sampling_grammar
 from training.grammars.statement import statement_grammar
-from training.prompts.templates import STOP
+from training.sampling.config import SamplingConfig
 from training.sampling.grammar_processor import llg_tokenizer, with_end_marker
 
 __all__ = ["ScheduleAwareConfig", "ScheduleAwareResult", "sample_schedule_aware",
@@ -171,26 +171,25 @@ class _Decoder:
     def __init__(self, model, tokenizer, workloads: Sequence[Any], target: Any, *,
                  postproc_set: str, categorical: Sequence[Sequence[Sequence[int]]],
                  annotations: Sequence[Sequence[str]], values: Sequence[dict | None],
-                 temperature: float, top_p: float, max_new_tokens: int, stop: str | None,
-                 eos: list[int], config: ScheduleAwareConfig) -> None:
+                 sampling: SamplingConfig, eos: list[int], config: ScheduleAwareConfig) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.workloads, self.target = workloads, target
         self.postproc_set = postproc_set
         self.categorical = categorical
         self.annotations = annotations
         self.values = values
-        self.temperature, self.top_p = temperature, top_p
-        self.max_new_tokens, self.stop = max_new_tokens, stop
+        self.temperature, self.top_p = sampling.temperature, sampling.top_p
+        self.max_new_tokens, self.stop = sampling.max_new_tokens, sampling.stop
         self.eos = eos
         self.config = config
         self.llg = llg_tokenizer(tokenizer, eos)
-        self.whole = _whole_matcher(tokenizer, self.llg, tuple(eos), stop)
+        self.whole = _whole_matcher(tokenizer, self.llg, tuple(eos), self.stop)
         self.templates = _Templates(self.llg, config.grammar_cache)
         self.vocab = self.llg.vocab_size
         self.stats = _Stats()
         self.newlines: dict[int, bool] = {}
         # Encoded apart, so that no token crosses the statement's newline.
-        self.closing_after_postproc = self._encode(stop or "")
+        self.closing_after_postproc = self._encode(self.stop or "")
         self.closing = self._encode(f"postproc auto {postproc_set}\n") + \
             self.closing_after_postproc
 
@@ -445,14 +444,15 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
                             target: Any = "llvm", *, rules: str | None = None,
                             postproc_set: str | None = None,
                             categorical: Sequence[Sequence[Sequence[int]]] | None = None,
-                            temperature: float = 1.0, top_p: float = 1.0,
-                            max_new_tokens: int = 512, stop: str | None = STOP,
+                            sampling: SamplingConfig | None = None,
                             eos_token_ids: Sequence[int] | None = None,
                             config: ScheduleAwareConfig | None = None,
                             stats: dict | None = None) -> list[ScheduleAwareResult]:
     """One schedule-aware sample per prompt (``prompts[i]`` asks for ``workloads[i]``); repeat
     a prompt for several samples.  Seed torch beforehand for reproducible samples.
 
+    ``sampling``: its ``temperature``, ``top_p``, ``max_new_tokens`` and ``stop`` (its ``n``,
+    ``seed`` and ``batch_size`` are ``sample_schedule_aware``'s; default: ``SamplingConfig()``);
     ``rules``: the MetaSchedule rule set (``codegen.targets.RULE_SETS``; default: the target's);
     ``postproc_set``: what ``postproc auto`` names (default: the rule set's);
     ``categorical``: per prompt, the candidate lists of ``sample_categorical`` (default: those
@@ -477,8 +477,7 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
         tokenizer.pad_token = tokenizer.eos_token
     decoder = _Decoder(model, tokenizer, workloads, target, postproc_set=postproc_set,
                        categorical=categorical, annotations=annotations, values=values,
-                       temperature=temperature, top_p=top_p,
-                       max_new_tokens=max_new_tokens, stop=stop, eos=eos,
+                       sampling=sampling or SamplingConfig(), eos=eos,
                        config=config or ScheduleAwareConfig())
     with torch.no_grad():
         results = decoder.run(list(prompts), list(range(len(prompts))))
@@ -514,7 +513,7 @@ def sample_schedule_aware(model, tokenizer, prompt: str | Sequence[str],
     ...                                            workload("matmul(m=64,n=64,k=64)"))]
     [True, True, True, True, True, True, True, True]
     """
-    from training.sampling.config import Sample, SamplingConfig
+    from training.sampling.config import Sample
     from training.sampling.generate import eos_token_ids
 
     config = config or SamplingConfig()
@@ -531,8 +530,7 @@ def sample_schedule_aware(model, tokenizer, prompt: str | Sequence[str],
             part: dict = {}
             results = schedule_aware_generate(
                 model, tokenizer, [prompts[i] for i in rows], [workloads[i] for i in rows],
-                target, temperature=config.temperature, top_p=config.top_p,
-                max_new_tokens=config.max_new_tokens, stop=config.stop, eos_token_ids=eos,
+                target, sampling=config, eos_token_ids=eos,
                 config=aware, stats=part)
             if stats is not None:
                 for key, value in part.items():

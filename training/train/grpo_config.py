@@ -1,15 +1,18 @@
 """``RLRunConfig``: what ``dragon rl`` trains (GRPO from an SFT model), on which prompts, with
 which measured reward; the named presets.
 
-Layered as ``SFTRunConfig`` is (``training.train.sft_config``): a preset, then a YAML file, then
-the flags given.  ``validate`` checks every field without loading the model.
+Layered as ``SFTRunConfig`` is (``dragon_dsl.configs.layered``): a preset, then a YAML file, then
+the flags given.  The rollouts' ``sampling`` and the rewards' ``measure`` are the configs of
+what they configure (``SamplingConfig``, ``MeasureConfig``), nested; their flags and YAML keys
+keep their flat names (``--temperature``, ``repeat: 3``).  ``validate`` checks every field
+without loading the model.
 
 >>> RL_PRESETS["tiny"].num_generations, RL_PRESETS["paper"].use_peft
 (4, True)
 >>> RLRunConfig(num_generations=1)  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-training.train.sft_config.ConfigError: Expected num_generations >= 2 ... but got num_generations=1
+dragon_dsl.configs.ConfigError: Expected num_generations >= 2 ... but got num_generations=1
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from codegen.measure.config import MeasureConfig
+from dragon_dsl.configs import from_flat, layered
+from training.sampling.config import SamplingConfig
 from training.train.sft_config import (
     TrainerScale,
     _help,
     check_scale,
     check_types,
     field_checker,
-    resolve_config,
 )
 
 __all__ = ["LOSS_TYPES", "RLRunConfig", "RL_PRESETS", "resolve_rl"]
@@ -61,15 +66,16 @@ class RLRunConfig(TrainerScale):
     beta: float = field(default=0.0, metadata=_help(
         "KL penalty against the starting model (0: none, no reference model kept)."))
     epsilon: float = field(default=0.2, metadata=_help("PPO clip range of the ratio."))
-    temperature: float = field(default=1.0, metadata=_help("Sampling temperature of rollouts."))
-    top_p: float = field(default=1.0, metadata=_help("Nucleus sampling of rollouts."))
-    max_new_tokens: int = field(default=768, metadata=_help(
-        "Token budget of a completion (near it, the decoder closes the script)."))
-    repeat: int = field(default=5, metadata=_help("Timed repeats of each candidate kernel."))
-    min_repeat_ms: float = field(default=10.0, metadata=_help(
-        "Each repeat runs the kernel for at least this long."))
-    run_timeout_s: float = field(default=10.0, metadata=_help(
-        "A candidate that runs longer is a timeout (the low reward)."))
+    sampling: SamplingConfig = field(
+        default_factory=lambda: SamplingConfig(max_new_tokens=768), metadata=_help(
+            "How rollouts are sampled (near max_new_tokens, the decoder closes the script); "
+            "its temperature, top_p and max_new_tokens are flags and flat keys.",
+            flags=("temperature", "top_p", "max_new_tokens")))
+    measure: MeasureConfig = field(
+        default_factory=lambda: MeasureConfig(repeat=5, min_repeat_ms=10.0, run_timeout_s=10.0),
+        metadata=_help("How rewards are measured (a candidate past run_timeout_s is a timeout, "
+                       "the low reward); its repeat, min_repeat_ms and run_timeout_s are flags "
+                       "and flat keys.", flags=("repeat", "min_repeat_ms", "run_timeout_s")))
     builders: int = field(default=2, metadata=_help("Parallel kernel builds per group."))
     cap: float = field(default=16.0, metadata=_help(
         "Speedup (and slowdown) at which the latency bonus saturates."))
@@ -90,7 +96,7 @@ def validate_rl(config: RLRunConfig) -> None:
     check_scale(config)
     need(config.num_generations >= 2, "num_generations",
          ">= 2 (a group needs siblings to compare)")
-    for name in ("prompts_per_step", "max_steps", "max_new_tokens", "repeat", "builders",
+    for name in ("prompts_per_step", "max_steps", "builders",
                  "logging_steps", "save_steps", "save_total_limit"):
         need(getattr(config, name) >= 1, name, ">= 1")
     for name in ("max_prompts", "warmup_steps"):
@@ -99,30 +105,26 @@ def validate_rl(config: RLRunConfig) -> None:
     need(config.loss_type in LOSS_TYPES, "loss_type", f"one of {LOSS_TYPES}")
     need(config.beta >= 0, "beta", ">= 0")
     need(0 < config.epsilon < 1, "epsilon", "in (0, 1)")
-    need(config.temperature > 0, "temperature", "> 0")
-    need(0 < config.top_p <= 1, "top_p", "in (0, 1]")
-    need(config.min_repeat_ms >= 0, "min_repeat_ms", ">= 0")
-    need(config.run_timeout_s > 0, "run_timeout_s", "> 0")
     need(config.cap > 1, "cap", "> 1")
 
 
 RL_PRESETS: dict[str, RLRunConfig] = {
     # The tiny SFT model (dragon sft --preset tiny), CPU, llvm rewards: about 10 minutes here.
-    "tiny": RLRunConfig(num_generations=4, prompts_per_step=2, max_steps=20,
-                        learning_rate=2e-4, warmup_steps=2, max_new_tokens=640, repeat=3,
-                        min_repeat_ms=5.0, save_steps=4),
+    "tiny": from_flat(RLRunConfig, num_generations=4, prompts_per_step=2, max_steps=20,
+                      learning_rate=2e-4, warmup_steps=2, max_new_tokens=640, repeat=3,
+                      min_repeat_ms=5.0, save_steps=4),
     # The paper's 8B SFT model with LoRA on 8 GPUs; rewards measured on the GPU (CUDA) or over
     # RPC.  8 devices x 8 prompts x 8 generations = 512 completions a step.
-    "paper": RLRunConfig(model="runs/sft-paper/final", target="nvidia/nvidia-h100",
-                         num_generations=8, prompts_per_step=8, max_steps=500,
-                         learning_rate=1e-6, warmup_steps=10, max_new_tokens=2048, repeat=5,
-                         min_repeat_ms=20.0, builders=8, use_peft=True, lora_r=64,
-                         lora_alpha=128, bf16=True, gradient_checkpointing=True,
-                         save_steps=25, save_total_limit=3, deepspeed="deepspeed_zero3.json"),
+    "paper": from_flat(RLRunConfig, model="runs/sft-paper/final", target="nvidia/nvidia-h100",
+                       num_generations=8, prompts_per_step=8, max_steps=500,
+                       learning_rate=1e-6, warmup_steps=10, max_new_tokens=2048, repeat=5,
+                       min_repeat_ms=20.0, builders=8, use_peft=True, lora_r=64,
+                       lora_alpha=128, bf16=True, gradient_checkpointing=True, save_steps=25,
+                       save_total_limit=3, deepspeed="deepspeed_zero3.json"),
 }
 
 
 def resolve_rl(preset: str | None = None, file: str | Path | None = None,
                **overrides: Any) -> RLRunConfig:
     """The RL config of ``preset``, then ``file``'s fields, then ``overrides``."""
-    return resolve_config(RLRunConfig, RL_PRESETS, preset, file, overrides)
+    return layered(RLRunConfig, RL_PRESETS, preset, file, overrides)

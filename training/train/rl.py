@@ -224,8 +224,9 @@ def build_grpo_trainer(config: RLRunConfig, model: Any, tokenizer: Any, prompts:
         lr_scheduler_type=config.lr_scheduler, warmup_steps=config.warmup_steps,
         per_device_train_batch_size=config.prompts_per_step * config.num_generations,
         gradient_accumulation_steps=1, num_generations=config.num_generations,
-        max_completion_length=config.max_new_tokens, temperature=config.temperature,
-        top_p=config.top_p, loss_type=config.loss_type, beta=config.beta,
+        max_completion_length=config.sampling.max_new_tokens,
+        temperature=config.sampling.temperature, top_p=config.sampling.top_p,
+        loss_type=config.loss_type, beta=config.beta,
         epsilon=config.epsilon, num_iterations=1, use_vllm=False,
         logging_steps=config.logging_steps, logging_first_step=True,
         save_strategy="steps", save_steps=config.save_steps,
@@ -298,7 +299,7 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
-    from codegen.measure import Evaluator, MeasureConfig
+    from codegen.measure import Evaluator
     from training.sampling.rollout import ScheduleRollout
     from training.train.reward import RewardConfig, Rewarder
 
@@ -308,18 +309,16 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(
         source, local_files_only=True, dtype=torch.bfloat16 if config.bf16 else "auto")
-    measure = MeasureConfig(repeat=config.repeat, min_repeat_ms=config.min_repeat_ms,
-                            run_timeout_s=config.run_timeout_s)
     owned = evaluator is None
     if evaluator is None:
-        evaluator = Evaluator(target, builders=config.builders, config=measure,
+        evaluator = Evaluator(target, builders=config.builders, config=config.measure,
                               cache=str(run / CACHE_FILE))
     rollout = ScheduleRollout(
         workload_of(dict(zip(prompts["prompt"], prompts["workload"], strict=True))),
-        evaluator.target)
+        evaluator.target, sampling=config.sampling)
     rewarder = Rewarder(evaluator.target, RewardConfig(cap=config.cap,
                                                        retime_best=config.retime_best),
-                        measure=measure, evaluator=evaluator)
+                        measure=config.measure, evaluator=evaluator)
     reward = MeasuredReward(rewarder, rollout)
     try:
         trainer = build_grpo_trainer(config, model, tokenizer, prompts, reward, rollout,

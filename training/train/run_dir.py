@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dragon_dsl.errors import DragonError
+from dragon_dsl.files import write_atomic
 from training.train.sft_config import config_dict
 
 __all__ = ["CONFIG_FILE", "METRICS_FILE", "RESULT_FILE", "MetricsCallback", "RunError",
@@ -72,9 +73,7 @@ def write_config(config: Any, run: Path) -> None:
     import yaml
 
     text = yaml.safe_dump(config_dict(config), sort_keys=False)
-    tmp = run / f".{CONFIG_FILE}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, run / CONFIG_FILE)
+    write_atomic(run / CONFIG_FILE, text)
 
 
 def read_config(run_dir: str | Path, resolve: Callable[..., Any], **overrides: Any) -> Any:

@@ -1,9 +1,10 @@
 """``SFTRunConfig``: what ``dragon sft`` trains, on what, and how; the named presets.
 
-A config comes from three layers, later ones winning: a preset (``PRESETS``), a YAML file
-(``load_yaml``: a mapping of field names, a ``preset:`` key naming the base), and command-line
-flags (``dragon_dsl.cli_kit`` makes one per field, from the field's help).  ``validate`` (run by
-the dataclass itself) checks every field without touching the model or the data, so the
+A config comes from three layers, later ones winning (``dragon_dsl.configs.layered``, as
+``dragon datagen`` layers its presets): a preset (``PRESETS``), a YAML file (``load_yaml``: a
+mapping of field names, a ``preset:`` key naming the base), and command-line flags
+(``dragon_dsl.cli_kit`` makes one per field, from the field's help).  ``validate`` (run by the
+dataclass itself) checks every field without touching the model or the data, so the
 ``paper`` config validates on a machine that does not hold the 8B model.
 
 This is the layering of TRL's ``TrlParser`` (YAML under flags), done here because ``TrlParser`` is
@@ -15,7 +16,7 @@ a parser of its own (an ``HfArgumentParser``) where ``dragon sft`` is a subcomma
 >>> SFTRunConfig(learning_rate=-1.0)
 Traceback (most recent call last):
 ...
-training.train.sft_config.ConfigError: Expected learning_rate > 0 but got learning_rate=-1.0
+dragon_dsl.configs.ConfigError: Expected learning_rate > 0 but got learning_rate=-1.0
 """
 
 from __future__ import annotations
@@ -27,24 +28,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dragon_dsl.errors import DragonError
+from dragon_dsl import configs
+from dragon_dsl.configs import ConfigError
 
 __all__ = ["CONFIGS_DIR", "PRESETS", "TASKS", "ConfigError", "SFTRunConfig", "TrainerScale",
            "check_scale", "check_types", "config_dict", "deepspeed_path", "field_checker",
-           "load_yaml", "resolve", "resolve_config"]
+           "load_yaml", "resolve"]
 
 TASKS = ("construction", "refinement")
 TINY = "tiny"
 CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
 _SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
-
-
-class ConfigError(DragonError, ValueError):
-    """A config file or field that cannot be used; ``field`` names the field (or key)."""
-
-    def __init__(self, message: str, *, field: str = "") -> None:
-        super().__init__(message)
-        self.field = field
 
 
 def _help(text: str, **extra: Any) -> dict[str, Any]:
@@ -170,7 +164,7 @@ def field_checker(config: Any) -> Callable[[bool, str, str], None]:
     >>> need(False, "lora_r", ">= 1")
     Traceback (most recent call last):
     ...
-    training.train.sft_config.ConfigError: Expected lora_r >= 1 but got lora_r=16
+    dragon_dsl.configs.ConfigError: Expected lora_r >= 1 but got lora_r=16
     """
     def need(ok: bool, name: str, expected: str) -> None:
         if not ok:
@@ -223,54 +217,11 @@ def config_dict(config: Any) -> dict[str, Any]:
 
 
 def load_yaml(path: str | Path, kind: type = SFTRunConfig) -> dict[str, Any]:
-    """The mapping in a YAML config file; ``ConfigError`` for an unreadable file, a file that
-    is not a mapping, or a key that is not a field (``preset`` names the base config)."""
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not YAML: {exc}") from None
-    data = {} if data is None else data
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: Expected a mapping of field names but got "
-                          f"{type(data).__name__}")
-    names = {f.name for f in dataclasses.fields(kind)} | {"preset"}
-    for key in data:
-        if key not in names:
-            raise ConfigError(f"{path}: unknown field {key!r} (fields: "
-                              f"{', '.join(sorted(names))})", field=str(key))
-    return data
+    """The mapping in a YAML config file (``dragon_dsl.configs.load_yaml``)."""
+    return configs.load_yaml(path, kind)
 
 
 def resolve(preset: str | None = None, file: str | Path | None = None,
             **overrides: Any) -> SFTRunConfig:
     """The config of ``preset``, then ``file``'s fields, then ``overrides`` (flags given)."""
-    return resolve_config(SFTRunConfig, PRESETS, preset, file, overrides)
-
-
-def resolve_config(kind: type, presets: dict[str, Any], preset: str | None,
-                   file: str | Path | None, overrides: dict[str, Any]) -> Any:
-    """A ``kind`` config: the preset's fields, then ``file``'s, then ``overrides``."""
-    values: dict[str, Any] = {}
-    from_file = load_yaml(file, kind) if file else {}
-    name = preset or from_file.pop("preset", None)
-    from_file.pop("preset", None)
-    if name is not None:
-        if name not in presets:
-            raise ConfigError(f"Expected a preset in {sorted(presets)} but got preset={name!r}",
-                              field="preset")
-        values = config_dict(presets[name])
-    values.update(from_file)
-    values.update(overrides)
-    # YAML writes 2e-4 as a string and ints where floats are meant: convert by the field type.
-    hints = typing.get_type_hints(kind)
-    for key, value in values.items():
-        if hints[key] is float and isinstance(value, (int, str)) and not isinstance(value, bool):
-            try:
-                values[key] = float(value)
-            except ValueError:
-                pass  # validate names the field
-    return kind(**values)
+    return configs.layered(SFTRunConfig, PRESETS, preset, file, overrides)
