@@ -83,7 +83,7 @@ def examples(*lines: str) -> dict[str, Any]:
     printed as written.
 
     >>> examples("dragon fmt a.dragon")["epilog"]
-    'examples:\n  dragon fmt a.dragon'
+    'examples:\\n  dragon fmt a.dragon'
     """
     return {"epilog": "examples:\n" + "\n".join(f"  {e}" for e in lines),
             "formatter_class": argparse.RawDescriptionHelpFormatter}
