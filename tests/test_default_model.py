@@ -11,6 +11,8 @@ from dragon_dsl.cli import main
 from training.models import builtin as default_model
 from training.models.builtin import DefaultModelMissing, default_model_dir
 
+from .traces import applies_in_tvm
+
 
 def test_the_built_in_model_is_complete_and_small():
     path = default_model_dir()
@@ -33,3 +35,4 @@ def test_dragon_sample_without_a_model_uses_the_built_in_one(capsys):
     assert code == 0 and len(out["samples"]) == 2
     # Schedule-aware decoding: every sample parses and applies to the kernel.
     assert all(s["parses"] and s["applies"] for s in out["samples"])
+    assert all(applies_in_tvm(s["script"], "softmax(m=32,n=64)") for s in out["samples"])

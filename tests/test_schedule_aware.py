@@ -202,8 +202,10 @@ def test_logprobs_are_those_of_a_clean_forward_pass(model, tokenizer):
 def test_grpo_rollouts_apply(tmp_path, tokenizer, monkeypatch):
     datasets = pytest.importorskip("datasets")
     trl = pytest.importorskip("trl")
-    from training.prompts.templates import STOP, construction_prompt
+    from training.prompts.templates import STOP, construction_prompt, split_completion
     from training.sampling import schedule_rollout
+
+    from .traces import applies_in_tvm
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     torch.manual_seed(2)
@@ -211,8 +213,8 @@ def test_grpo_rollouts_apply(tmp_path, tokenizer, monkeypatch):
     wls = {construction_prompt(workload(s), "llvm"): workload(s) for s in SPECS[:2]}
     seen = []
 
-    def applies(completions, applies, resampled, **kwargs):
-        seen.extend(zip(completions, applies, strict=True))
+    def applies(completions, applies, resampled, prompts, **kwargs):
+        seen.extend(zip(completions, applies, prompts, strict=True))
         return [float(a) for a in applies]
 
     args = trl.GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4,
@@ -224,8 +226,9 @@ def test_grpo_rollouts_apply(tmp_path, tokenizer, monkeypatch):
         rollout_func=schedule_rollout(wls, "llvm"))
     trainer.train()
     assert len(seen) == 4
-    for completion, ok in seen:
+    for completion, ok, prompt in seen:
         assert ok and completion.endswith(STOP)
+        assert applies_in_tvm(split_completion(completion), wls[prompt])
 
 
 @pytest.mark.slow
@@ -251,3 +254,12 @@ def test_thousand_untrained_samples_end_parse_and_apply(model, tokenizer, record
                                  for s in out if not (s.finish_reason == "end" and s.parses
                                                       and s.applies))
     assert not failed, failed.most_common(5)
+
+
+def test_the_independent_apply_check_refuses_what_tvm_refuses():
+    from .traces import applies_in_tvm
+
+    assert applies_in_tvm('block "T_softmax_norm" -> b0\n', "softmax(m=32,n=64)")
+    assert not applies_in_tvm('block "no_such_block" -> b0\n', "softmax(m=32,n=64)")
+    assert not applies_in_tvm('block "T_softmax_norm" -> b0\nloops b0 -> i, j\n'
+                              'split j [3, 3] -> j0, j1\n', "softmax(m=32,n=64)")

@@ -36,6 +36,7 @@ from training.train import (
 from training.train.sft import RunError
 
 from .tiny_datagen import SPECS
+from .traces import applies_in_tvm
 
 DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
 STEPS = 8
@@ -213,6 +214,8 @@ def test_dragon_sample_on_the_trained_model_applies(run, capsys):
     assert len(samples) == 2
     assert all(s["parses"] for s in samples)
     assert all(s["applies"] for s in samples if s["finish_reason"] == "end")
+    assert all(applies_in_tvm(s["script"], SPECS[0]) for s in samples
+               if s["finish_reason"] == "end")
 
 
 @pytest.mark.slow

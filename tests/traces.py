@@ -197,3 +197,21 @@ def matrix_trace(family: str, rules: str):
 
 def fixed_traces(spec: str, target: str, rules: str, n: int, seed: int = 0):
     return sample_traces(workload(spec).mod, target, rules, n, seed=seed)
+
+
+def applies_in_tvm(script: str, spec_or_workload, target="llvm") -> bool:
+    """Whether ``script`` applies to its kernel by TVM alone: the script decoded to its trace
+    (``dragon_dsl.to_trace``) and replayed by ``Trace.apply_to_schedule`` on a fresh schedule.
+    An independent check of the sampler's own ``applies`` flag (no ``LiveSchedule`` code)."""
+    from tvm.s_tir.schedule import Schedule
+
+    import dragon_dsl
+    from codegen.workloads import workload
+
+    wl = workload(spec_or_workload) if isinstance(spec_or_workload, str) else spec_or_workload
+    try:
+        trace = dragon_dsl.to_trace(script, workload=wl, target=target)
+        trace.apply_to_schedule(Schedule(wl.mod), remove_postproc=False)
+    except Exception:  # noqa: BLE001  any refusal, the language's or TVM's
+        return False
+    return True
