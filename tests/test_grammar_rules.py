@@ -132,8 +132,8 @@ def test_unreadable_grammar_text_says_where(text, line, words):
 BROKEN = [
     # Someone renames a rule the derivation edits.
     (lambda t: re.sub(r"\b_out\b", "_result", t), "_out",
-     "has no rule `_out`; grammars.constraints expects it (sampling grammar: names without "
-     "ranges)"),
+     "has no rule `_out`; training.grammars.constraints expects it (sampling grammar: "
+     "names without ranges)"),
     # A single-result statement whose result becomes optional.
     (lambda t: _edit(t, "_name_item+ opt_preserve? _outs\n", "_name_item+ opt_preserve? _outs?\n"),
      "s_fuse", "Expected one alternative ending with `_outs` but got s_fuse: "),
