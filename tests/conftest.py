@@ -1,10 +1,14 @@
 """Shared test set-up: Hypothesis profiles, MetaSchedule search spaces kept for the whole
-session (the first design-space generation in a process costs 15 to 25 s), and one small
-`dragon datagen` output for the training tests."""
+session (the first design-space generation in a process costs 15 to 25 s), one small
+`dragon datagen` output and one small SFT run for the training tests, and ``dragon_cmd``, which
+runs a command in this process in the default pass and as the installed command in the slow
+pass."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -43,3 +47,33 @@ def sft_model(datagen_dir, tmp_path_factory):
                          logging_steps=4, eval_steps=0, max_eval_examples=4, save_steps=4,
                          keep_best=False), progress=False)
     return out
+
+
+DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
+
+
+@pytest.fixture(params=["in-process", pytest.param("subprocess", marks=pytest.mark.slow)])
+def dragon_cmd(request, capsys, monkeypatch):
+    """``dragon_cmd(args, stdin=None, program=None)`` runs ``dragon ARGS`` and returns a
+    ``subprocess.CompletedProcess`` (text): in this process (``dragon_dsl.cli.main``, stdin
+    and output redirected) in the default pass, and in the slow pass as ``program`` (the
+    installed ``dragon`` unless given) in a fresh interpreter, so the same assertions hold of
+    both.  A fresh interpreter pays TVM's import and the first design-space generation again
+    (10 to 25 s a call): each command keeps one such test of its own in the default pass."""
+    def in_process(args, stdin=None, program=None, timeout=None):
+        import io
+
+        from dragon_dsl.cli import main
+
+        capsys.readouterr()
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess([*(program or [DRAGON]), *args], code, out, err)
+
+    def fresh(args, stdin=None, program=None, timeout=600):
+        return subprocess.run([*(program or [DRAGON]), *map(str, args)], input=stdin,
+                              capture_output=True, text=True, timeout=timeout)
+
+    return in_process if request.param == "in-process" else fresh

@@ -87,9 +87,9 @@ def test_records_are_what_the_evaluator_measures(clean_run):
     assert [o.status.value for o in outcomes] == [r.status for r in records]
 
 
-def test_rerun_of_a_finished_run_does_nothing(clean_run):
+def test_rerun_of_a_finished_run_does_nothing(clean_run, dragon_cmd):
     before = _committed(clean_run)
-    again = _run(_command(clean_run))
+    again = dragon_cmd(_command(clean_run)[1:])
     assert again.returncode == 0, again.stderr
     assert "0 tasks run" in again.stderr and "3 already done" in again.stderr
     assert _committed(clean_run) == before
@@ -97,6 +97,10 @@ def test_rerun_of_a_finished_run_does_nothing(clean_run):
 
 def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run):
     out = str(tmp_path / "out")
+    # The clean run's measurement cache (OUT/cache.sqlite): the same candidates are not built
+    # and timed again.  What is committed, and when, is the run's own.
+    os.makedirs(out)
+    shutil.copy(os.path.join(clean_run, "cache.sqlite"), os.path.join(out, "cache.sqlite"))
     proc = subprocess.Popen(_command(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 300
@@ -126,7 +130,7 @@ def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run):
     assert not leftovers or all(not n.endswith((".json", ".jsonl")) for n in leftovers)
 
 
-def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run):
+def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run, dragon_cmd):
     out = str(tmp_path / "out")
     shutil.copytree(clean_run, out)
     store = RecordStore(out)
@@ -146,18 +150,19 @@ def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run):
     store.forget(key)
     with open(path, "w", encoding="utf-8") as f:
         f.write(half)
-    again = _run(_command(out))
+    again = dragon_cmd(_command(out)[1:])
     assert again.returncode == 0, again.stderr
     assert len(list(read_records(path))) == 8
 
 
-def test_datasets_and_card_are_built_from_the_committed_records(tmp_path, clean_run):
+def test_datasets_and_card_are_built_from_the_committed_records(tmp_path, clean_run,
+                                                                dragon_cmd):
     import datasets
 
     out = str(tmp_path / "out")
     shutil.copytree(clean_run, out)
     cmd = [c for c in _command(out) if c != "--records-only"] + ["--json"]
-    done = _run(cmd)
+    done = dragon_cmd(cmd[1:])
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     built = {task: datasets.load_from_disk(os.path.join(out, task))
@@ -180,8 +185,8 @@ def test_datasets_and_card_are_built_from_the_committed_records(tmp_path, clean_
     assert os.path.exists(os.path.join(out, "plots", "token_lengths.png"))
 
 
-def test_a_run_with_other_settings_is_refused(clean_run):
-    other = _run(_command(clean_run, "--seed", "7"))
+def test_a_run_with_other_settings_is_refused(clean_run, dragon_cmd):
+    other = dragon_cmd(_command(clean_run, "--seed", "7")[1:])
     assert other.returncode == 2
     assert "holds a datagen run with other settings" in other.stderr
 

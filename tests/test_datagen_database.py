@@ -298,20 +298,17 @@ def test_a_database_of_two_workloads_gives_two_groups(tuned, tmp_path):
                                    target=TARGET)
 
 
-def test_dragon_datagen_from_database_writes_datasets(tuned, tmp_path):
+def test_dragon_datagen_from_database_writes_datasets(tuned, tmp_path, dragon_cmd):
     """The command: a tune_tir database in, records and both datasets out; rerun does nothing
-    new; --as-is records are marked unverified."""
-    import subprocess
-    import sys
-
+    new; --as-is records are marked unverified.  (In this process in the default pass: the
+    installed command runs a datagen in test_datagen.py.)"""
     import datasets
 
-    dragon = os.path.join(os.path.dirname(sys.executable), "dragon")
     out = str(tmp_path / "out")
-    cmd = [dragon, "datagen", "--from-database", tuned, "--out", out, "--quiet",
+    cmd = ["datagen", "--from-database", tuned, "--out", out, "--quiet",
            "--repeat", "2", "--min-repeat-ms", "1", "--target", json.dumps(TARGET),
            "--workload", SPEC]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = dragon_cmd(cmd)
     assert done.returncode == 0, done.stderr
     assert "measured again" in done.stderr
     records = list(RecordStore(out).all_records())
@@ -322,7 +319,7 @@ def test_dragon_datagen_from_database_writes_datasets(tuned, tmp_path):
     rows = [row for split in construction.values() for row in split]
     assert rows and all(row["workload"] == SPEC for row in rows)
     assert os.path.exists(os.path.join(out, "README.md"))
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    again = dragon_cmd(cmd)
     assert again.returncode == 0 and "0 records imported" in again.stderr, again.stderr
-    other = subprocess.run(cmd + ["--as-is"], capture_output=True, text=True, timeout=600)
+    other = dragon_cmd(cmd + ["--as-is"])
     assert other.returncode == 2 and "other settings" in other.stderr
