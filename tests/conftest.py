@@ -25,6 +25,35 @@ settings.register_profile(
 settings.load_profile(os.environ.get("DRAGON_HYPOTHESIS_PROFILE", "ci"))
 
 
+# The measurement settings of the shared Evaluators: 3 repeats of at least 1 ms.
+FAST_REPEAT, FAST_MIN_REPEAT_MS = 3, 1.0
+
+
+@pytest.fixture(scope="session")
+def llvm_evaluator():
+    """An ``Evaluator`` on ``llvm`` without a cache (3 repeats of at least 1 ms, 2 builders),
+    for the tests that only measure with it (test_evaluate, test_measure_integrity,
+    test_optimize): its worker processes start once a run, not once a file.  Tests that kill
+    workers, time out, or need a cache or other settings start their own."""
+    from codegen.measure import Evaluator, MeasureConfig
+
+    config = MeasureConfig(repeat=FAST_REPEAT, min_repeat_ms=FAST_MIN_REPEAT_MS)
+    with Evaluator("llvm", cache=False, config=config, builders=2) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="session")
+def llvm2_evaluator():
+    """The same on ``{"kind": "llvm", "num-cores": 2}``, the target of the datagen tests
+    (test_datagen, test_datagen_database)."""
+    from codegen.measure import Evaluator, MeasureConfig
+
+    config = MeasureConfig(repeat=FAST_REPEAT, min_repeat_ms=FAST_MIN_REPEAT_MS)
+    with Evaluator({"kind": "llvm", "num-cores": 2}, cache=False, config=config,
+                   builders=2) as ev:
+        yield ev
+
+
 @pytest.fixture(scope="session")
 def datagen_dir(tmp_path_factory):
     """A small `dragon datagen` output from a real search (``tests/tiny_datagen.py``), shared

@@ -73,17 +73,16 @@ def test_every_candidate_becomes_a_record(clean_run):
             assert len(f.readlines()) == len(records)
 
 
-def test_records_are_what_the_evaluator_measures(clean_run):
-    """A record's status is the Evaluator's verdict on its script, measured again here."""
-    from codegen.measure import Evaluator, MeasureConfig
+def test_records_are_what_the_evaluator_measures(clean_run, llvm2_evaluator):
+    """A record's status is the Evaluator's verdict on its script, measured again here (by the
+    session's Evaluator on the run's target, conftest)."""
     from codegen.workloads import workload
 
     store = RecordStore(clean_run)
     key = sorted(store.done())[0]
     records = store.read(key)[:3]
-    with Evaluator(json.loads(LLVM), cache=False,
-                   config=MeasureConfig(repeat=1, min_repeat_ms=1)) as ev:
-        outcomes = ev.evaluate(workload(records[0].workload), [r.script for r in records])
+    ev = llvm2_evaluator
+    outcomes = ev.evaluate(workload(records[0].workload), [r.script for r in records])
     assert [o.status.value for o in outcomes] == [r.status for r in records]
 
 
@@ -264,14 +263,14 @@ def test_ray_cluster_runs_the_tasks(tmp_path, clean_run):
         subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120, env=env)
 
 
-def test_search_gives_metaschedule_our_verdicts(tmp_path):
+def test_search_gives_metaschedule_our_verdicts(tmp_path, llvm2_evaluator):
     """What our measurement says is what MetaSchedule records: an outcome that is not correct
     is a failed trial (1e10 s in its database), a correct one carries our repeats.  Here the
     real Evaluator's verdicts are overridden for every other candidate, as if those kernels had
     computed the wrong thing, to see the verdict cross the seam."""
     from dataclasses import replace
 
-    from codegen.measure import Evaluator, MeasureConfig, Status
+    from codegen.measure import Status
     from codegen.search.tune import FAILED_RUN_SECS, SearchConfig, search
     from codegen.workloads import workload
 
@@ -285,10 +284,10 @@ def test_search_gives_metaschedule_our_verdicts(tmp_path):
                     for i, o in enumerate(outcomes)]
 
     target = json.loads(LLVM)
-    with Evaluator(target, cache=False, config=MeasureConfig(repeat=2, min_repeat_ms=1)) as ev:
-        rounds = list(search(workload(SPECS[0]), target, Judged(ev),
-                             SearchConfig(trials=8, per_round=4, population=32),
-                             work_dir=str(tmp_path)))
+    ev = llvm2_evaluator  # the session's Evaluator on this target (conftest)
+    rounds = list(search(workload(SPECS[0]), target, Judged(ev),
+                         SearchConfig(trials=8, per_round=4, population=32),
+                         work_dir=str(tmp_path)))
     outcomes = [o for r in rounds for o in r.outcomes]
     assert [r.index for r in rounds] == [0, 1] and len(outcomes) == 8
     with open(tmp_path / "database_tuning_record.json", encoding="utf-8") as f:

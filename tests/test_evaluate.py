@@ -44,9 +44,10 @@ FAMILY_SPECS = [
 
 
 @pytest.fixture(scope="module")
-def ev():
-    with Evaluator("llvm", cache=False, config=FAST, builders=2) as evaluator:
-        yield evaluator
+def ev(llvm_evaluator):
+    """The session's llvm Evaluator (conftest): FAST's settings, 2 builders."""
+    assert llvm_evaluator.config == FAST
+    return llvm_evaluator
 
 
 def sampled(spec: str, n: int, target: str = "llvm", rules: str = "llvm", seed: int = 1):
