@@ -1,8 +1,7 @@
 """Shared test set-up: Hypothesis profiles, MetaSchedule search spaces kept for the whole
 session (the first design-space generation in a process costs 15 to 25 s), one small
-`dragon datagen` output and one small SFT run for the training tests, and ``dragon_cmd``, which
-runs a command in this process in the default pass and as the installed command in the slow
-pass."""
+`dragon datagen` output and one small SFT run for the training tests, two Evaluators, and
+``dragon_cmd``, which runs a command in this process."""
 
 from __future__ import annotations
 
@@ -78,18 +77,16 @@ def sft_model(datagen_dir, tmp_path_factory):
     return out
 
 
-DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
-
-
-@pytest.fixture(params=["in-process", pytest.param("subprocess", marks=pytest.mark.slow)])
-def dragon_cmd(request, capsys, monkeypatch):
-    """``dragon_cmd(args, stdin=None, program=None)`` runs ``dragon ARGS`` and returns a
-    ``subprocess.CompletedProcess`` (text): in this process (``dragon_dsl.cli.main``, stdin
-    and output redirected) in the default pass, and in the slow pass as ``program`` (the
-    installed ``dragon`` unless given) in a fresh interpreter, so the same assertions hold of
-    both.  A fresh interpreter pays TVM's import and the first design-space generation again
-    (10 to 25 s a call): each command keeps one such test of its own in the default pass."""
-    def in_process(args, stdin=None, program=None, timeout=None):
+@pytest.fixture
+def dragon_cmd(capsys, monkeypatch):
+    """``dragon_cmd(args, stdin=None)`` runs ``dragon ARGS`` in this process
+    (``dragon_dsl.cli.main``, stdin and output redirected) and returns a
+    ``subprocess.CompletedProcess`` (text), as a test that ran the installed command would see
+    it.  A fresh interpreter pays TVM's import and the first design-space generation again
+    (10 to 25 s a call): each command keeps its own tests of the installed command in a
+    process of its own (test_cli, test_hostile, test_datagen, test_eval_models, test_sft), and
+    the tests of what a command does, not of its process, call it here."""
+    def run(args, stdin=None):
         import io
 
         from dragon_dsl.cli import main
@@ -99,10 +96,6 @@ def dragon_cmd(request, capsys, monkeypatch):
             monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
         code = main([str(a) for a in args])
         out, err = capsys.readouterr()
-        return subprocess.CompletedProcess([*(program or [DRAGON]), *args], code, out, err)
+        return subprocess.CompletedProcess(["dragon", *map(str, args)], code, out, err)
 
-    def fresh(args, stdin=None, program=None, timeout=600):
-        return subprocess.run([*(program or [DRAGON]), *map(str, args)], input=stdin,
-                              capture_output=True, text=True, timeout=timeout)
-
-    return in_process if request.param == "in-process" else fresh
+    return run

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import pathlib
 import subprocess
@@ -17,14 +16,12 @@ SCRIPT = GOLDEN / "scripts" / "matmul_llvm.dragon"
 PAIR = GOLDEN / "pairs" / "matmul_cuda"
 
 
-PROGRAM = [sys.executable, "-m", "dragon_dsl.cli"]
-
-
 def run(args, stdin=None):
     """``dragon ARGS`` in a fresh interpreter: the tests of each command's process (exit
-    status, stdin, start-up time).  ``dragon_cmd`` (conftest) runs the others in this process
-    in the default pass and this way in the slow pass."""
-    return subprocess.run([*PROGRAM, *args], input=stdin, capture_output=True, text=True)
+    status, stdin, start-up time).  ``dragon_cmd`` (conftest) runs the others in this
+    process."""
+    return subprocess.run([sys.executable, "-m", "dragon_dsl.cli", *args], input=stdin,
+                          capture_output=True, text=True)
 
 
 def test_check_clean_and_with_findings(tmp_path, capsys):
@@ -52,11 +49,10 @@ def test_check_reads_stdin():
 
 
 def test_usage_errors_exit_2(tmp_path, dragon_cmd):
-    run = functools.partial(dragon_cmd, program=PROGRAM)
-    assert run(["check"]).returncode == 2
-    assert run(["check", str(tmp_path / "missing.dragon")]).returncode == 2
-    assert run(["nonsense"]).returncode == 2
-    assert run(["check", "--workload", "nosuch(x=1)", str(SCRIPT)]).returncode == 2
+    assert dragon_cmd(["check"]).returncode == 2
+    assert dragon_cmd(["check", str(tmp_path / "missing.dragon")]).returncode == 2
+    assert dragon_cmd(["nonsense"]).returncode == 2
+    assert dragon_cmd(["check", "--workload", "nosuch(x=1)", str(SCRIPT)]).returncode == 2
 
 
 def test_fmt_check_and_rewrite(tmp_path, capsys):
@@ -103,7 +99,7 @@ def test_roundtrip_runs():
 
 def test_decode_postproc_auto_with_workload(dragon_cmd):
     result = dragon_cmd(["decode", str(SCRIPT), "--workload", "matmul(m=128,n=128,k=128)",
-                         "--target", "llvm", "--compact"], program=PROGRAM)
+                         "--target", "llvm", "--compact"])
     assert result.returncode == 0, result.stderr
     kinds = [inst[0] for inst in json.loads(result.stdout)[0]]
     assert "EnterPostproc" in kinds and kinds.index("EnterPostproc") < len(kinds) - 1
@@ -119,7 +115,7 @@ def test_encode_tvm_database_json_with_workload(tmp_path, dragon_cmd):
     trace = sample_traces(wl.mod, "llvm", "llvm", 1, seed=2)[0]
     path = tmp_path / "db_trace.json"
     path.write_text(json.dumps(trace.as_json(), default=lambda o: o.value))
-    result = dragon_cmd(["encode", str(path), "--workload", wl.spec], program=PROGRAM)
+    result = dragon_cmd(["encode", str(path), "--workload", wl.spec])
     import tvm_ffi
     from tvm.s_tir.schedule import Schedule
 

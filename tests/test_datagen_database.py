@@ -299,8 +299,8 @@ def test_a_database_of_two_workloads_gives_two_groups(tuned, tmp_path, llvm2_eva
 
 def test_dragon_datagen_from_database_writes_datasets(tuned, tmp_path, dragon_cmd):
     """The command: a tune_tir database in, records and both datasets out; rerun does nothing
-    new; --as-is records are marked unverified.  (In this process in the default pass: the
-    installed command runs a datagen in test_datagen.py.)"""
+    new; --as-is records are marked unverified.  (In this process, ``dragon_cmd``: the installed
+    command runs in a process of its own in test_datagen.py.)"""
     import datasets
 
     out = str(tmp_path / "out")
