@@ -94,7 +94,7 @@ def test_rerun_of_a_finished_run_does_nothing(clean_run, dragon_cmd):
     assert _committed(clean_run) == before
 
 
-def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run):
+def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run, dragon_cmd):
     out = str(tmp_path / "out")
     # The clean run's measurement cache (OUT/cache.sqlite): the same candidates are not built
     # and timed again.  What is committed, and when, is the run's own.
@@ -114,7 +114,7 @@ def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run):
     first = _committed(out)
     assert 1 <= len(first) < len(SPECS), "killed after the first task, before the last"
 
-    resumed = _run(_command(out))
+    resumed = dragon_cmd(_command(out)[1:])  # the rerun: in this process
     assert resumed.returncode == 0, resumed.stderr
     assert f"{len(first)} already done" in resumed.stderr
     after = _committed(out)
