@@ -1,10 +1,13 @@
 """Shared test set-up: Hypothesis profiles, MetaSchedule search spaces kept for the whole
-session (the first design-space generation in a process costs 15 to 25 s), and one small
-`dragon datagen` output for the training tests."""
+session (the first design-space generation in a process costs 15 to 25 s), one small
+`dragon datagen` output and one small SFT run for the training tests, two Evaluators, and
+``dragon_cmd``, which runs a command in this process."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -19,6 +22,35 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("DRAGON_HYPOTHESIS_PROFILE", "ci"))
+
+
+# The measurement settings of the shared Evaluators: 3 repeats of at least 1 ms.
+FAST_REPEAT, FAST_MIN_REPEAT_MS = 3, 1.0
+
+
+@pytest.fixture(scope="session")
+def llvm_evaluator():
+    """An ``Evaluator`` on ``llvm`` without a cache (3 repeats of at least 1 ms, 2 builders),
+    for the tests that only measure with it (test_evaluate, test_measure_integrity,
+    test_optimize): its worker processes start once a run, not once a file.  Tests that kill
+    workers, time out, or need a cache or other settings start their own."""
+    from codegen.measure import Evaluator, MeasureConfig
+
+    config = MeasureConfig(repeat=FAST_REPEAT, min_repeat_ms=FAST_MIN_REPEAT_MS)
+    with Evaluator("llvm", cache=False, config=config, builders=2) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="session")
+def llvm2_evaluator():
+    """The same on ``{"kind": "llvm", "num-cores": 2}``, the target of the datagen tests
+    (test_datagen, test_datagen_database)."""
+    from codegen.measure import Evaluator, MeasureConfig
+
+    config = MeasureConfig(repeat=FAST_REPEAT, min_repeat_ms=FAST_MIN_REPEAT_MS)
+    with Evaluator({"kind": "llvm", "num-cores": 2}, cache=False, config=config,
+                   builders=2) as ev:
+        yield ev
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +75,27 @@ def sft_model(datagen_dir, tmp_path_factory):
                          logging_steps=4, eval_steps=0, max_eval_examples=4, save_steps=4,
                          keep_best=False), progress=False)
     return out
+
+
+@pytest.fixture
+def dragon_cmd(capsys, monkeypatch):
+    """``dragon_cmd(args, stdin=None)`` runs ``dragon ARGS`` in this process
+    (``dragon_dsl.cli.main``, stdin and output redirected) and returns a
+    ``subprocess.CompletedProcess`` (text), as a test that ran the installed command would see
+    it.  A fresh interpreter pays TVM's import and the first design-space generation again
+    (10 to 25 s a call): each command keeps its own tests of the installed command in a
+    process of its own (test_cli, test_hostile, test_datagen, test_eval_models, test_sft), and
+    the tests of what a command does, not of its process, call it here."""
+    def run(args, stdin=None):
+        import io
+
+        from dragon_dsl.cli import main
+
+        capsys.readouterr()
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["dragon", *map(str, args)], code, out, err)
+
+    return run

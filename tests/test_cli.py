@@ -17,6 +17,9 @@ PAIR = GOLDEN / "pairs" / "matmul_cuda"
 
 
 def run(args, stdin=None):
+    """``dragon ARGS`` in a fresh interpreter: the tests of each command's process (exit
+    status, stdin, start-up time).  ``dragon_cmd`` (conftest) runs the others in this
+    process."""
     return subprocess.run([sys.executable, "-m", "dragon_dsl.cli", *args], input=stdin,
                           capture_output=True, text=True)
 
@@ -45,11 +48,11 @@ def test_check_reads_stdin():
     assert result.returncode == 1 and "<stdin>:1:7" in result.stdout
 
 
-def test_usage_errors_exit_2(tmp_path):
-    assert run(["check"]).returncode == 2
-    assert run(["check", str(tmp_path / "missing.dragon")]).returncode == 2
-    assert run(["nonsense"]).returncode == 2
-    assert run(["check", "--workload", "nosuch(x=1)", str(SCRIPT)]).returncode == 2
+def test_usage_errors_exit_2(tmp_path, dragon_cmd):
+    assert dragon_cmd(["check"]).returncode == 2
+    assert dragon_cmd(["check", str(tmp_path / "missing.dragon")]).returncode == 2
+    assert dragon_cmd(["nonsense"]).returncode == 2
+    assert dragon_cmd(["check", "--workload", "nosuch(x=1)", str(SCRIPT)]).returncode == 2
 
 
 def test_fmt_check_and_rewrite(tmp_path, capsys):
@@ -94,15 +97,15 @@ def test_roundtrip_runs():
     assert "identical trace JSON (kinds, wiring, typed attrs, decisions): True" in result.stdout
 
 
-def test_decode_postproc_auto_with_workload():
-    result = run(["decode", str(SCRIPT), "--workload", "matmul(m=128,n=128,k=128)",
-                  "--target", "llvm", "--compact"])
+def test_decode_postproc_auto_with_workload(dragon_cmd):
+    result = dragon_cmd(["decode", str(SCRIPT), "--workload", "matmul(m=128,n=128,k=128)",
+                         "--target", "llvm", "--compact"])
     assert result.returncode == 0, result.stderr
     kinds = [inst[0] for inst in json.loads(result.stdout)[0]]
     assert "EnterPostproc" in kinds and kinds.index("EnterPostproc") < len(kinds) - 1
 
 
-def test_encode_tvm_database_json_with_workload(tmp_path):
+def test_encode_tvm_database_json_with_workload(tmp_path, dragon_cmd):
     """A MetaSchedule database stores trace JSON with plain numbers; TVM's replay on the
     workload decides the types (annotation values become plain ints), and the script keeps
     exactly that replayed trace, which schedules the workload as the original did."""
@@ -112,7 +115,7 @@ def test_encode_tvm_database_json_with_workload(tmp_path):
     trace = sample_traces(wl.mod, "llvm", "llvm", 1, seed=2)[0]
     path = tmp_path / "db_trace.json"
     path.write_text(json.dumps(trace.as_json(), default=lambda o: o.value))
-    result = run(["encode", str(path), "--workload", wl.spec])
+    result = dragon_cmd(["encode", str(path), "--workload", wl.spec])
     import tvm_ffi
     from tvm.s_tir.schedule import Schedule
 

@@ -73,30 +73,33 @@ def test_every_candidate_becomes_a_record(clean_run):
             assert len(f.readlines()) == len(records)
 
 
-def test_records_are_what_the_evaluator_measures(clean_run):
-    """A record's status is the Evaluator's verdict on its script, measured again here."""
-    from codegen.measure import Evaluator, MeasureConfig
+def test_records_are_what_the_evaluator_measures(clean_run, llvm2_evaluator):
+    """A record's status is the Evaluator's verdict on its script, measured again here (by the
+    session's Evaluator on the run's target, conftest)."""
     from codegen.workloads import workload
 
     store = RecordStore(clean_run)
     key = sorted(store.done())[0]
     records = store.read(key)[:3]
-    with Evaluator(json.loads(LLVM), cache=False,
-                   config=MeasureConfig(repeat=1, min_repeat_ms=1)) as ev:
-        outcomes = ev.evaluate(workload(records[0].workload), [r.script for r in records])
+    ev = llvm2_evaluator
+    outcomes = ev.evaluate(workload(records[0].workload), [r.script for r in records])
     assert [o.status.value for o in outcomes] == [r.status for r in records]
 
 
-def test_rerun_of_a_finished_run_does_nothing(clean_run):
+def test_rerun_of_a_finished_run_does_nothing(clean_run, dragon_cmd):
     before = _committed(clean_run)
-    again = _run(_command(clean_run))
+    again = dragon_cmd(_command(clean_run)[1:])
     assert again.returncode == 0, again.stderr
     assert "0 tasks run" in again.stderr and "3 already done" in again.stderr
     assert _committed(clean_run) == before
 
 
-def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run):
+def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run, dragon_cmd):
     out = str(tmp_path / "out")
+    # The clean run's measurement cache (OUT/cache.sqlite): the same candidates are not built
+    # and timed again.  What is committed, and when, is the run's own.
+    os.makedirs(out)
+    shutil.copy(os.path.join(clean_run, "cache.sqlite"), os.path.join(out, "cache.sqlite"))
     proc = subprocess.Popen(_command(out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     deadline = time.monotonic() + 300
@@ -111,7 +114,7 @@ def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run):
     first = _committed(out)
     assert 1 <= len(first) < len(SPECS), "killed after the first task, before the last"
 
-    resumed = _run(_command(out))
+    resumed = dragon_cmd(_command(out)[1:])  # the rerun: in this process
     assert resumed.returncode == 0, resumed.stderr
     assert f"{len(first)} already done" in resumed.stderr
     after = _committed(out)
@@ -126,7 +129,7 @@ def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run):
     assert not leftovers or all(not n.endswith((".json", ".jsonl")) for n in leftovers)
 
 
-def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run):
+def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run, dragon_cmd):
     out = str(tmp_path / "out")
     shutil.copytree(clean_run, out)
     store = RecordStore(out)
@@ -146,18 +149,19 @@ def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run):
     store.forget(key)
     with open(path, "w", encoding="utf-8") as f:
         f.write(half)
-    again = _run(_command(out))
+    again = dragon_cmd(_command(out)[1:])
     assert again.returncode == 0, again.stderr
     assert len(list(read_records(path))) == 8
 
 
-def test_datasets_and_card_are_built_from_the_committed_records(tmp_path, clean_run):
+def test_datasets_and_card_are_built_from_the_committed_records(tmp_path, clean_run,
+                                                                dragon_cmd):
     import datasets
 
     out = str(tmp_path / "out")
     shutil.copytree(clean_run, out)
     cmd = [c for c in _command(out) if c != "--records-only"] + ["--json"]
-    done = _run(cmd)
+    done = dragon_cmd(cmd[1:])
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     built = {task: datasets.load_from_disk(os.path.join(out, task))
@@ -180,8 +184,8 @@ def test_datasets_and_card_are_built_from_the_committed_records(tmp_path, clean_
     assert os.path.exists(os.path.join(out, "plots", "token_lengths.png"))
 
 
-def test_a_run_with_other_settings_is_refused(clean_run):
-    other = _run(_command(clean_run, "--seed", "7"))
+def test_a_run_with_other_settings_is_refused(clean_run, dragon_cmd):
+    other = dragon_cmd(_command(clean_run, "--seed", "7")[1:])
     assert other.returncode == 2
     assert "holds a datagen run with other settings" in other.stderr
 
@@ -259,14 +263,14 @@ def test_ray_cluster_runs_the_tasks(tmp_path, clean_run):
         subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120, env=env)
 
 
-def test_search_gives_metaschedule_our_verdicts(tmp_path):
+def test_search_gives_metaschedule_our_verdicts(tmp_path, llvm2_evaluator):
     """What our measurement says is what MetaSchedule records: an outcome that is not correct
     is a failed trial (1e10 s in its database), a correct one carries our repeats.  Here the
     real Evaluator's verdicts are overridden for every other candidate, as if those kernels had
     computed the wrong thing, to see the verdict cross the seam."""
     from dataclasses import replace
 
-    from codegen.measure import Evaluator, MeasureConfig, Status
+    from codegen.measure import Status
     from codegen.search.tune import FAILED_RUN_SECS, SearchConfig, search
     from codegen.workloads import workload
 
@@ -280,10 +284,10 @@ def test_search_gives_metaschedule_our_verdicts(tmp_path):
                     for i, o in enumerate(outcomes)]
 
     target = json.loads(LLVM)
-    with Evaluator(target, cache=False, config=MeasureConfig(repeat=2, min_repeat_ms=1)) as ev:
-        rounds = list(search(workload(SPECS[0]), target, Judged(ev),
-                             SearchConfig(trials=8, per_round=4, population=32),
-                             work_dir=str(tmp_path)))
+    ev = llvm2_evaluator  # the session's Evaluator on this target (conftest)
+    rounds = list(search(workload(SPECS[0]), target, Judged(ev),
+                         SearchConfig(trials=8, per_round=4, population=32),
+                         work_dir=str(tmp_path)))
     outcomes = [o for r in rounds for o in r.outcomes]
     assert [r.index for r in rounds] == [0, 1] and len(outcomes) == 8
     with open(tmp_path / "database_tuning_record.json", encoding="utf-8") as f:

@@ -11,7 +11,6 @@ import pytest
 
 import dragon_dsl
 from codegen.measure import MeasureConfig
-from codegen.measure.evaluator import Evaluator
 from codegen.workloads import script_workload, workload
 from training.datagen.from_database import database_records, find_databases
 from training.datagen.records import DataError, Record, RecordStore
@@ -194,10 +193,11 @@ def test_a_trace_that_does_not_replay_is_an_apply_error_record(tuned, tmp_path):
 
 # ---- re-measured -----------------------------------------------------------------------------
 
-def test_remeasured_records_are_verified_outcomes(tuned, as_is):
-    with Evaluator(TARGET, cache=False, config=FAST, builders=1) as ev:
-        [group] = database_records(tuned, measure=ev)
-        device = ev.device
+def test_remeasured_records_are_verified_outcomes(tuned, as_is, llvm2_evaluator):
+    ev = llvm2_evaluator  # the session's Evaluator on TARGET with FAST's settings (conftest)
+    assert ev.config == FAST
+    [group] = database_records(tuned, measure=ev)
+    device = ev.device
     assert group.key != as_is[0].key
     assert len(group.records) == 8
     for record, old in zip(group.records, as_is[0].records, strict=True):
@@ -275,7 +275,7 @@ def test_missing_or_unrelated_input_is_a_data_error(tuned, tmp_path):
 # ---- a database of several workloads ---------------------------------------------------------
 
 @pytest.mark.slow
-def test_a_database_of_two_workloads_gives_two_groups(tuned, tmp_path):
+def test_a_database_of_two_workloads_gives_two_groups(tuned, tmp_path, llvm2_evaluator):
     """tune_tir run again in the same work directory appends a second workload to the pair."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -289,8 +289,7 @@ def test_a_database_of_two_workloads_gives_two_groups(tuned, tmp_path):
     groups = list(database_records(folder, specs=[SPEC, other]))
     assert [g.workload for g in groups] == [SPEC, other]
     assert len(groups[0].records) == 8 and len(groups[1].records) >= 1
-    with Evaluator(TARGET, cache=False, config=FAST, builders=1) as ev:
-        measured = list(database_records(folder, measure=ev, specs=[SPEC, other]))
+    measured = list(database_records(folder, measure=llvm2_evaluator, specs=[SPEC, other]))
     for group in measured:
         for record in group.records:
             assert record.verified and record.status == "correct", record.message
@@ -298,20 +297,17 @@ def test_a_database_of_two_workloads_gives_two_groups(tuned, tmp_path):
                                    target=TARGET)
 
 
-def test_dragon_datagen_from_database_writes_datasets(tuned, tmp_path):
+def test_dragon_datagen_from_database_writes_datasets(tuned, tmp_path, dragon_cmd):
     """The command: a tune_tir database in, records and both datasets out; rerun does nothing
-    new; --as-is records are marked unverified."""
-    import subprocess
-    import sys
-
+    new; --as-is records are marked unverified.  (In this process, ``dragon_cmd``: the installed
+    command runs in a process of its own in test_datagen.py.)"""
     import datasets
 
-    dragon = os.path.join(os.path.dirname(sys.executable), "dragon")
     out = str(tmp_path / "out")
-    cmd = [dragon, "datagen", "--from-database", tuned, "--out", out, "--quiet",
+    cmd = ["datagen", "--from-database", tuned, "--out", out, "--quiet",
            "--repeat", "2", "--min-repeat-ms", "1", "--target", json.dumps(TARGET),
            "--workload", SPEC]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    done = dragon_cmd(cmd)
     assert done.returncode == 0, done.stderr
     assert "measured again" in done.stderr
     records = list(RecordStore(out).all_records())
@@ -322,7 +318,7 @@ def test_dragon_datagen_from_database_writes_datasets(tuned, tmp_path):
     rows = [row for split in construction.values() for row in split]
     assert rows and all(row["workload"] == SPEC for row in rows)
     assert os.path.exists(os.path.join(out, "README.md"))
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    again = dragon_cmd(cmd)
     assert again.returncode == 0 and "0 records imported" in again.stderr, again.stderr
-    other = subprocess.run(cmd + ["--as-is"], capture_output=True, text=True, timeout=600)
+    other = dragon_cmd(cmd + ["--as-is"])
     assert other.returncode == 2 and "other settings" in other.stderr

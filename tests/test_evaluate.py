@@ -44,9 +44,10 @@ FAMILY_SPECS = [
 
 
 @pytest.fixture(scope="module")
-def ev():
-    with Evaluator("llvm", cache=False, config=FAST, builders=2) as evaluator:
-        yield evaluator
+def ev(llvm_evaluator):
+    """The session's llvm Evaluator (conftest): FAST's settings, 2 builders."""
+    assert llvm_evaluator.config == FAST
+    return llvm_evaluator
 
 
 def sampled(spec: str, n: int, target: str = "llvm", rules: str = "llvm", seed: int = 1):
@@ -55,7 +56,15 @@ def sampled(spec: str, n: int, target: str = "llvm", rules: str = "llvm", seed: 
     return wl, [dragon_dsl.from_trace(t, postproc="auto", postproc_set=rules) for t in traces]
 
 
-@pytest.mark.parametrize("spec", FAMILY_SPECS)
+# In the default pass: a matmul in two dtypes and a softmax (several blocks, a reduction); the
+# other families (15 to 25 s each on 2 busy cores) in the slow pass.
+DEFAULT_FAMILY_SPECS = ("matmul(m=64,n=64,k=64)", "matmul(m=32,n=32,k=64,dtype=float16)",
+                        "softmax(m=16,n=64)")
+
+
+@pytest.mark.parametrize("spec", [spec if spec in DEFAULT_FAMILY_SPECS
+                                  else pytest.param(spec, marks=pytest.mark.slow)
+                                  for spec in FAMILY_SPECS])
 def test_every_family_verifies_unscheduled_and_sampled(ev, spec):
     from codegen.search.baselines import unscheduled
 

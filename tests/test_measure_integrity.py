@@ -110,9 +110,10 @@ def test_a_kernel_writing_past_its_output_is_incorrect_and_not_timed(ev_fast):
 
 
 @pytest.fixture(scope="module")
-def ev_fast():
-    with Evaluator("llvm", cache=False, config=FAST, builders=1) as evaluator:
-        yield evaluator
+def ev_fast(llvm_evaluator):
+    """The session's llvm Evaluator (conftest): FAST's settings."""
+    assert llvm_evaluator.config == FAST
+    return llvm_evaluator
 
 
 def _writes_past_the_end(spec: str, script: str) -> dict[str, int]:

@@ -39,9 +39,10 @@ def model(sft_model):
 
 
 @pytest.fixture(scope="module")
-def evaluator():
-    with Evaluator("llvm", config=MEASURE, cache=False) as ev:
-        yield ev
+def evaluator(llvm_evaluator):
+    """The session's llvm Evaluator without a cache (conftest); how many times a kernel is
+    repeated is no part of what these tests count."""
+    return llvm_evaluator
 
 
 @pytest.fixture(scope="module")

@@ -20,10 +20,10 @@ WRONG = 'block "C" -> b0\ncache_write b0 0 "local" -> b1\n@UnsafeSetDType(b0; 0,
 
 
 @pytest.fixture(scope="module")
-def fast_script():
-    """The fastest of 8 MetaSchedule samples (parallel, vectorized), as a canonical script."""
+def fast_script(llvm2_evaluator):
+    """The fastest of 8 MetaSchedule samples (parallel, vectorized), as a canonical script,
+    chosen by the session's Evaluator on LLVM (conftest); the rewards measure it again."""
     import dragon_dsl
-    from codegen.measure import Evaluator
     from codegen.search import sample_traces
     from codegen.workloads import workload
 
@@ -31,8 +31,7 @@ def fast_script():
     traces = sample_traces(wl.mod, LLVM, "llvm", 8, seed=3)
     scripts = [dragon_dsl.from_trace(t, postproc="auto", postproc_set="llvm", workload=wl,
                                      target=LLVM) for t in traces]
-    with Evaluator(LLVM, cache=False, config=MeasureConfig(repeat=3, min_repeat_ms=5)) as ev:
-        outcomes = ev.evaluate(wl, scripts)
+    outcomes = llvm2_evaluator.evaluate(wl, scripts)
     best = min((o.latency_s, s) for o, s in zip(outcomes, scripts, strict=True) if o.ok)
     return best[1]
 
