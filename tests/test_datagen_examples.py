@@ -146,7 +146,9 @@ def test_refinement_gains_and_starts(examples, records):
     assert any(len(g) >= 2 for g in by_workload.values())
 
 
-@pytest.mark.parametrize("seed", [0, 5, 10, 12, 13])
+# Seeds 5, 10, 12 and 13 pick starts that seed 0 does not: the slow pass tries them all.
+@pytest.mark.parametrize("seed", [0, 5, *(pytest.param(s, marks=pytest.mark.slow)
+                                       for s in (10, 12, 13))])
 def test_a_start_is_never_the_completion_and_shows_its_fastest_measurement(records, seed):
     # Every correct kernel measured a second time, slower, later in its search (as a busy
     # machine would): a script's own slow record must neither make the completion's script a
