@@ -19,8 +19,8 @@ that training scripts use, so that a sampler can write them for the model.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .ast import Program, Ref, Stmt

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Applied", "ApplyJob", "Built", "BuildJob", "DescribeJob", "DeviceInfo", "DeviceRef",
            "Error", "Failed", "LiveClose", "LiveOpen", "LiveState", "LiveStep", "Message",
-           "ModelBuildJob", "ModelBuilt", "ModelRan", "ModelRunJob", "PingJob", "Pong", "Progress", "Ready", "ReferenceJob", "RunJob", "WorkloadData",
-           "decode", "encode"]
+           "ModelBuildJob", "ModelBuilt", "ModelRan", "ModelRunJob", "PingJob", "Pong",
+           "Progress", "Ready", "ReferenceJob", "RunJob", "WorkloadData", "decode", "encode"]
 
 
 @dataclass(frozen=True)

@@ -303,7 +303,7 @@ class _Decoder:
     # ---- the loop -------------------------------------------------------------------------
 
     def run(self, prompts: list, prompt_rows: list[int]) -> list[ScheduleAwareResult]:
-        model, device = self.model, self.model.device
+        device = self.model.device
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.eos[0]
         if prompts and not isinstance(prompts[0], str):  # token ids already
