@@ -74,13 +74,17 @@ def per_statement(cases: list[tuple]) -> None:
         holder.open(cases[0][2])  # the worker starts on its first request
         start_s.append(time.perf_counter() - begin)
     rows: dict[tuple, dict[str, list[float]]] = {}
-    replay_s, replayed = [], []
+    replay_s, replayed, open_in, open_w = [], [], [], []
     for target, spec, wl, kwargs, lines in cases:
         times = rows.setdefault((target, spec), {k: [] for k in (
             "in_step", "in_narrow", "w_step", "w_narrow")})
         holder = holders[target]
+        begin = time.perf_counter()
         live = LiveSchedule(wl, target)
+        mid = time.perf_counter()
         key, view = holder.open(wl)
+        open_in.append(mid - begin)
+        open_w.append(time.perf_counter() - mid)
         # Interleaved, statement by statement, so that both see the same machine load.
         for line in lines:
             begin = time.perf_counter()
@@ -122,7 +126,9 @@ def per_statement(cases: list[tuple]) -> None:
         print(f"{target:6} {spec:32} {len(inside):4} | {_ms(t['in_step'])} "
               f"{_ms(t['in_narrow'])} {_ms(inside)} | {_ms(t['w_step'])} {_ms(t['w_narrow'])} "
               f"{_ms(worker)} | {ratio:6.2f}")
-    print(f"\nworker start (first request): median {_ms(start_s).strip()} ms over "
+    print(f"\na row opened: in process {_ms(open_in).strip()} ms, in the worker "
+          f"{_ms(open_w).strip()} ms (medians over {len(open_w)})")
+    print(f"worker start (first request): median {_ms(start_s).strip()} ms over "
           f"{len(start_s)}; a row's replay after a crash ({statistics.median(replayed):.0f} "
           f"statements, median): {_ms(replay_s).strip()} ms")
 

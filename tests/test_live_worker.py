@@ -5,6 +5,9 @@ killed it while the rest of the batch is replayed in a new worker and completes.
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 import torch
 
@@ -85,6 +88,12 @@ def test_a_crash_costs_its_row_and_the_others_are_replayed(monkeypatch):
         assert after.statements == before.statements + 1
         assert after.names("loop") == before.names("loop")
         assert holder.crashes == 1
+        # Killed between requests (the memory limit, a person): nothing fails, b is replayed.
+        os.kill(holder.worker.pid, signal.SIGKILL)
+        holder.worker.proc.wait()
+        again = holder.step(b, "sample_categorical [1, 2] 0 -> v0")
+        assert isinstance(again, LiveView) and again.statements == after.statements + 1
+        assert holder.crashes == 1
     finally:
         holder.kill()
 
@@ -142,6 +151,8 @@ def test_a_crashing_statement_fails_its_sample_and_the_batch_completes(model, to
         if sum(s in other for other in rows) == 1)
 
     monkeypatch.setenv(CRASH_ON, statement)
+    for holder in holders.values():
+        holder.kill()
     holders.clear()  # a new worker, started with the hook
     crashed = generate(model, tokenizer, ScheduleAwareConfig())
     [holder] = holders.values()

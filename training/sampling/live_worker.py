@@ -70,9 +70,10 @@ class LiveWorker:
 
     def open(self, workload: Any) -> tuple[int, LiveView]:
         """A new live schedule of ``workload``: its key and its state."""
-        key, self._next_key = self._next_key, self._next_key + 1
-        self.rows[key] = _Held(self._data(workload))
-        return key, self._ensure(key, "(opening the kernel)")
+        try:
+            return self._open(workload)
+        except HolderCrashed:  # a worker that dies as a row opens: not the row's fault, again
+            return self._open(workload)
 
     def step(self, key: int, statement: str) -> LiveView | Failed:
         """Apply one statement: the state after it, or ``Failed`` (the language or TVM refuses
@@ -98,6 +99,13 @@ class LiveWorker:
         self.generation += 1
 
     # ---- internals ------------------------------------------------------------------------
+
+    def _open(self, workload: Any) -> tuple[int, LiveView]:
+        key, self._next_key = self._next_key, self._next_key + 1
+        self.rows[key] = _Held(self._data(workload))
+        view = self._ensure(key, "(opening the kernel)")
+        assert view is not None  # a new row is never held yet
+        return key, view
 
     def _data(self, workload: Any) -> WorkloadData:
         known = self._workloads.get(id(workload))
