@@ -3,7 +3,10 @@ and the next one is sampled from what the schedule then allows.
 
 Each row of the batch holds
 
-- a ``dragon_dsl.live.LiveSchedule`` of its kernel, advanced one statement at a time;
+- a ``dragon_dsl.live.LiveSchedule`` of its kernel, advanced one statement at a time; by
+  default (``ScheduleAwareConfig.isolate``) it is held in a worker process
+  (``training.sampling.live_worker``) and the row keeps the ``LiveView`` it answers with, so
+  that a TVM crash ends that row (its error says so, with the statement), not the sampler;
 - the whole-script matcher (the canonical sampling grammar, then the end marker), which keeps
   the script parseable;
 - the statement matcher, built from the live state (``training.grammars.statement``): block
@@ -270,11 +273,8 @@ class _Decoder:
             return False
         finally:
             self.stats.replay_seconds.append(time.perf_counter() - start)
-        ok = not refused
-        if not ok:
-            row.error = refused
-        if ok:
-            row.error = ""
+        row.error = refused
+        if not refused:
             self._new_statement(row, row_index)
             return True
         self._roll_back(row)
