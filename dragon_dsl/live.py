@@ -19,6 +19,7 @@ that training scripts use, so that a sampler can write them for the model.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,26 +271,13 @@ class LiveSchedule:
 
     def _names(self, namer: _Namer, nice: set[str], op: str, target: str | None, n: int | None,
                factors: bool) -> list[str]:
-        if op == "block":
-            return [namer.define("_", "block", target)]
-        if op == "loops":
-            loops = self.loops(self.rvs[target]) if target in self.rvs else []
-            names = [namer.define("_", "loop", lp.name if _SIMPLE.match(lp.name) else None)
-                     for lp in loops]
-            nice.update(t for t, lp in zip(names, loops, strict=True) if lp.name == t)
-            return names
-        if n is None and op in ("children", "consumers", "producers", "output_blocks"):
-            n = len(self.related(op, target)) if target in self.rvs else 0
-        n = 1 if n is None else n
-        kind = _OUTPUT_OF.get(op, "var")
-        if op in ("tile", "partitioned_tile", "split"):
-            hints = ([f"{target}{k}" for k in range(n)] if target in nice
-                     else [None] * n)
-            names = [namer.define("_", "loop", h) for h in hints]
-            if factors:
-                names += [namer.define("_", "var") for _ in range(n)]
-            return names
-        return [namer.define("_", kind) for _ in range(n)]
+        def loops(name: str) -> list[Loop]:
+            return self.loops(self.rvs[name]) if name in self.rvs else []
+
+        def related(op: str, name: str) -> list[str]:
+            return self.related(op, name) if name in self.rvs else []
+
+        return result_names(namer, nice, op, target, n, factors, loops, related)
 
     # ---- queries --------------------------------------------------------------------------
 
@@ -387,6 +375,33 @@ def apply_script(text: str, workload: Any, target: Any = None) -> LiveSchedule:
     for stmt in program.statements:
         live.step(stmt)
     return live
+
+
+def result_names(namer: _Namer, nice: set[str], op: str, target: str | None, n: int | None,
+                 factors: bool, loops: Callable[[str], list[Loop]],
+                 related: Callable[[str, str], list[str]]) -> list[str]:
+    """The names the encoder gives ``op``'s results (``namer`` and ``nice`` advance), with the
+    loops and related blocks of ``target`` read through ``loops`` and ``related``: a live
+    schedule asks TVM, a ``live_view.LiveView`` its recorded answers."""
+    if op == "block":
+        return [namer.define("_", "block", target)]
+    if op == "loops":
+        found = loops(target) if target is not None else []
+        names = [namer.define("_", "loop", lp.name if _SIMPLE.match(lp.name) else None)
+                 for lp in found]
+        nice.update(t for t, lp in zip(names, found, strict=True) if lp.name == t)
+        return names
+    if n is None and op in ("children", "consumers", "producers", "output_blocks"):
+        n = len(related(op, target)) if target is not None else 0
+    n = 1 if n is None else n
+    kind = _OUTPUT_OF.get(op, "var")
+    if op in ("tile", "partitioned_tile", "split"):
+        hints = [f"{target}{k}" for k in range(n)] if target in nice else [None] * n
+        names = [namer.define("_", "loop", h) for h in hints]
+        if factors:
+            names += [namer.define("_", "var") for _ in range(n)]
+        return names
+    return [namer.define("_", kind) for _ in range(n)]
 
 
 def output_kind(op: str) -> str | None:

@@ -4,7 +4,9 @@ Every message is a frozen dataclass; on the pipe it is JSON with a ``"type"`` fi
 class.  Requests say what to do (``ApplyJob``, ``BuildJob``, ``ReferenceJob``, ``RunJob``,
 ``DescribeJob``, ``PingJob``, and for whole models ``ModelBuildJob`` and ``ModelRunJob``);
 replies say what happened (``Applied``, ``Built``, ``Ready``, ``DeviceInfo``, ``Pong``,
-``ModelBuilt``, ``ModelRan``, and for a candidate that ran, an ``Outcome``).  A candidate that
+``ModelBuilt``, ``ModelRan``, and for a candidate that ran, an ``Outcome``).  A
+schedule-aware sampler keeps its live schedules in a worker: ``LiveOpen``, ``LiveStep`` and
+``LiveClose``, answered by ``LiveState``.  A candidate that
 fails (it does not parse, apply or build) is data, ``Failed`` with its ``Status``, not an
 exception, as in MetaSchedule's ``RunnerResult``.  While a job runs the worker sends
 ``Progress`` before each stage, so a crash is attributed to the stage it happened in.
@@ -30,9 +32,9 @@ if TYPE_CHECKING:
     from ..workloads.workload import WorkloadLike
 
 __all__ = ["Applied", "ApplyJob", "Built", "BuildJob", "DescribeJob", "DeviceInfo", "DeviceRef",
-           "Error", "Failed", "Message", "ModelBuildJob", "ModelBuilt", "ModelRan", "ModelRunJob",
-           "PingJob", "Pong", "Progress", "Ready", "ReferenceJob", "RunJob", "WorkloadData",
-           "decode", "encode"]
+           "Error", "Failed", "LiveClose", "LiveOpen", "LiveState", "LiveStep", "Message",
+           "ModelBuildJob", "ModelBuilt", "ModelRan", "ModelRunJob", "PingJob", "Pong",
+           "Progress", "Ready", "ReferenceJob", "RunJob", "WorkloadData", "decode", "encode"]
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,36 @@ class PingJob:
     pass
 
 
+# A schedule-aware sampler's live schedules (``training.sampling.live_worker``), held here so
+# that a TVM crash ends this process, not the sampler.  Each answers ``LiveState`` or, for a
+# statement TVM or the language refuses (the schedule is then as it was), ``Failed``.
+
+@dataclass(frozen=True)
+class LiveOpen:
+    """Hold a new live schedule ``key`` of ``workload`` and apply ``statements`` to it (a row
+    re-created in a new worker replays its script so far)."""
+
+    key: int
+    workload: WorkloadData
+    target: dict[str, Any] | None
+    statements: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LiveStep:
+    """Apply one statement (a line of text) to live schedule ``key``."""
+
+    key: int
+    statement: str
+
+
+@dataclass(frozen=True)
+class LiveClose:
+    """Drop the live schedules ``keys`` (answers ``Pong``)."""
+
+    keys: list[int]
+
+
 # ---- replies ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -169,6 +201,13 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
+class LiveState:
+    """A live schedule after a statement: ``dragon_dsl.live_view.LiveView.as_data()``."""
+
+    view: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class Pong:
     pid: int
 
@@ -197,8 +236,9 @@ class Error:
 
 
 Message = typing.Union[ApplyJob, BuildJob, ReferenceJob, RunJob, DescribeJob, PingJob,  # noqa: UP007
-                       ModelBuildJob, ModelRunJob, Applied, Built, Ready, DeviceInfo, Pong,
-                       ModelBuilt, ModelRan, Failed, Progress, Error, Outcome]
+                       ModelBuildJob, ModelRunJob, LiveOpen, LiveStep, LiveClose, Applied,
+                       Built, Ready, DeviceInfo, Pong, ModelBuilt, ModelRan, LiveState, Failed,
+                       Progress, Error, Outcome]
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in typing.get_args(Message)}
 
 

@@ -65,7 +65,8 @@ class JobFailed(WorkerError):
 # The stage a job starts in, before the worker reports its first Progress.
 _JOB_STAGES = {"ApplyJob": "apply", "BuildJob": "build", "ReferenceJob": "reference",
                "RunJob": "run", "DescribeJob": "device", "PingJob": "ping",
-               "ModelBuildJob": "build", "ModelRunJob": "run"}
+               "ModelBuildJob": "build", "ModelRunJob": "run", "LiveOpen": "apply",
+               "LiveStep": "apply", "LiveClose": "apply"}
 
 
 class Worker:

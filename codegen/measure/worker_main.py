@@ -7,7 +7,9 @@ Jobs and replies are the typed messages of ``codegen.measure.protocol``:
 - ``RunJob``: load an artifact on the Device, verify it against the reference, time it; an
   ``Outcome``;
 - ``DescribeJob``: the Device's ``DeviceInfo``; ``PingJob``; ``b"exit"`` ends the worker;
-- ``ModelBuildJob``, ``ModelRunJob``: a whole Relax model built and run (``model_jobs``).
+- ``ModelBuildJob``, ``ModelRunJob``: a whole Relax model built and run (``model_jobs``);
+- ``LiveOpen``, ``LiveStep``, ``LiveClose``: a schedule-aware sampler's live schedules, held
+  here and stepped one statement at a time; ``LiveState`` (``dragon_dsl.live_view``).
 A candidate that does not parse, apply or build answers ``Failed``.  Before each stage the
 worker sends ``Progress``, so the parent can attribute a crash.
 """
@@ -25,7 +27,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from dragon_dsl.errors import DragonError, DslSyntaxError
-from dragon_dsl.live import apply_script
+from dragon_dsl.live import LiveSchedule, apply_script
+from dragon_dsl.live_view import LiveView
 
 from ..apply import apply
 from ..targets import as_target, tvm_message
@@ -43,6 +46,10 @@ from .protocol import (
     DeviceInfo,
     Error,
     Failed,
+    LiveClose,
+    LiveOpen,
+    LiveState,
+    LiveStep,
     Message,
     ModelBuildJob,
     ModelRunJob,
@@ -145,6 +152,55 @@ def apply_job(job: ApplyJob) -> Applied | Failed:
         return _apply_stepwise(job, decode_workload(job.workload))
     scheduled = _apply(job, decode_workload(job.workload))
     return scheduled if isinstance(scheduled, Failed) else Applied(scheduled.script())
+
+
+_LIVE: dict[int, LiveSchedule] = {}  # a sampler's live schedules, by its key
+
+# A test hook: the worker exits with status 255 (as TVM's native crashes do) when asked to apply
+# exactly this statement, so that tests can show a crash costs one sample.
+CRASH_ON = "DRAGON_LIVE_CRASH_ON"
+
+
+def _live_step(live: LiveSchedule, statement: str) -> None:
+    if statement == os.environ.get(CRASH_ON):
+        os._exit(255)
+    live.step(statement)
+
+
+def _refused(exc: DragonError) -> Failed:
+    # The whole message (line, caret), as the in-process sampler records it.
+    return Failed(Status.APPLY_ERROR, "apply", str(exc), getattr(exc, "line", None),
+                  getattr(exc, "column", None))
+
+
+def live_open(job: LiveOpen) -> LiveState | Failed:
+    import tvm
+
+    # A module of its own (not decode_workload's cached one): a primitive TVM refuses halfway
+    # must not change another row's kernel.
+    live = LiveSchedule(tvm.ir.load_json(job.workload.ir), job.target)
+    try:
+        for statement in job.statements:
+            _live_step(live, statement)
+    except DragonError as exc:
+        return _refused(exc)
+    _LIVE[job.key] = live
+    return LiveState(LiveView.of(live).as_data())
+
+
+def live_step(job: LiveStep) -> LiveState | Failed:
+    live = _LIVE[job.key]
+    try:
+        _live_step(live, job.statement)
+    except DragonError as exc:  # refused: the schedule is as it was
+        return _refused(exc)
+    return LiveState(LiveView.of(live).as_data())
+
+
+def live_close(job: LiveClose) -> Pong:
+    for key in job.keys:
+        _LIVE.pop(key, None)
+    return Pong(os.getpid())
 
 
 _REFERENCES: dict[tuple[str, int], Any] = {}
@@ -256,7 +312,8 @@ def _model_job(job):
 
 JOBS = {ApplyJob: apply_job, BuildJob: build_job, ReferenceJob: reference_job, RunJob: run_job,
         DescribeJob: describe_job, PingJob: lambda job: Pong(os.getpid()),
-        ModelBuildJob: _model_job, ModelRunJob: _model_job}
+        ModelBuildJob: _model_job, ModelRunJob: _model_job, LiveOpen: live_open,
+        LiveStep: live_step, LiveClose: live_close}
 
 
 def serve(reader: Connection, writer: Connection) -> None:

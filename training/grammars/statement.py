@@ -34,6 +34,7 @@ import json
 from collections.abc import Iterable, Sequence
 
 from dragon_dsl.live import LiveSchedule
+from dragon_dsl.live_view import LiveView
 
 __all__ = ["FALLBACK_OPS", "GENERAL_KINDS", "THREAD_AXES", "statement_grammar"]
 
@@ -97,11 +98,12 @@ def _names(names: Sequence[str]) -> str:
     return _lit(", ".join(names))
 
 
-def statement_grammar(live: LiveSchedule, *, postproc_set: str,
+def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                       categorical: Sequence[Sequence[int]] = (),
                       annotations: Sequence[str] = (),
                       annotation_values: dict[str, Sequence[str]] | None = None) -> str:
-    """One statement line (ending with ``\\n``) that may come next in ``live``'s script.
+    """One statement line (ending with ``\\n``) that may come next in ``live``'s script
+    (a live schedule, or a ``LiveView`` of one held in another process).
 
     ``postproc_set``: the target's postprocessor set, which ``postproc auto`` must name.
     ``categorical``: the candidate lists ``sample_categorical`` may draw from (see

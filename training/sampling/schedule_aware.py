@@ -3,7 +3,10 @@ and the next one is sampled from what the schedule then allows.
 
 Each row of the batch holds
 
-- a ``dragon_dsl.live.LiveSchedule`` of its kernel, advanced one statement at a time;
+- a ``dragon_dsl.live.LiveSchedule`` of its kernel, advanced one statement at a time; by
+  default (``ScheduleAwareConfig.isolate``) it is held in a worker process
+  (``training.sampling.live_worker``) and the row keeps the ``LiveView`` it answers with, so
+  that a TVM crash ends that row (its error says so, with the statement), not the sampler;
 - the whole-script matcher (the canonical sampling grammar, then the end marker), which keeps
   the script parseable;
 - the statement matcher, built from the live state (``training.grammars.statement``): block
@@ -47,10 +50,12 @@ import torch
 
 import dragon_dsl
 from dragon_dsl.live import LiveSchedule
+from dragon_dsl.live_view import LiveView
 from training.grammars.constraints import sampling_grammar
 from training.grammars.statement import statement_grammar
 from training.sampling.config import SamplingConfig
 from training.sampling.grammar_processor import llg_tokenizer, with_end_marker
+from training.sampling.live_worker import HolderCrashed, shared
 
 __all__ = ["ScheduleAwareConfig", "ScheduleAwareResult", "sample_schedule_aware",
            "schedule_aware_generate"]
@@ -66,6 +71,13 @@ class ScheduleAwareConfig:
         "help": "Statements one sample may roll back in all; past it the sample is closed."})
     grammar_cache: int = field(default=256, metadata={
         "help": "Compiled statement grammars kept (rows in the same state share one)."})
+    isolate: bool = field(default=True, metadata={
+        "help": "Hold the live schedules in a worker process (training.sampling.live_worker), "
+                "so that a TVM crash ends one sample, not the sampler; false: in this process."})
+    holder_timeout: float = field(default=300.0, metadata={
+        "help": "Seconds one statement may take in the worker before it is killed (isolate)."})
+    holder_memory_mb: int = field(default=0, metadata={
+        "help": "Memory the worker may use before it is killed, in MiB; 0: no limit (isolate)."})
 
 
 @dataclass
@@ -81,13 +93,15 @@ class ScheduleAwareResult:
     resampled: int               # statements rolled back and sampled again
     applies: bool                # every statement, postproc auto included, applied
     error: str = ""
-    live: LiveSchedule | None = None
+    live: LiveSchedule | LiveView | None = None  # a LiveView when the schedule is isolated
     model_logprobs: list[float] = field(default_factory=list)  # the same tokens, no mask
 
 
 class _Row:
-    def __init__(self, live: LiveSchedule, whole: llguidance.LLMatcher) -> None:
+    def __init__(self, live: LiveSchedule | LiveView, whole: llguidance.LLMatcher,
+                 key: int | None = None) -> None:
         self.live = live
+        self.key = key                     # the row's schedule in the LiveWorker (isolate)
         self.whole = whole
         self.stmt: llguidance.LLMatcher | None = None
         self.stmt_key = ""
@@ -182,6 +196,9 @@ class _Decoder:
         self.max_new_tokens, self.stop = sampling.max_new_tokens, sampling.stop
         self.eos = eos
         self.config = config
+        self.holder = shared(target, timeout=config.holder_timeout,
+                             memory_limit_mb=config.holder_memory_mb or None) \
+            if config.isolate else None
         self.llg = llg_tokenizer(tokenizer, eos)
         self.whole = _whole_matcher(tokenizer, self.llg, tuple(eos), self.stop)
         self.templates = _Templates(self.llg, config.grammar_cache)
@@ -197,6 +214,28 @@ class _Decoder:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
 
     # ---- rows -----------------------------------------------------------------------------
+
+    def _open(self, prompt_row: int) -> _Row:
+        workload = self.workloads[prompt_row]
+        if self.holder is None:
+            return _Row(LiveSchedule(workload, self.target), self.whole.deep_copy())
+        key, view = self.holder.open(workload)
+        return _Row(view, self.whole.deep_copy(), key)
+
+    def _apply(self, row: _Row, text: str) -> str:
+        """Apply one statement to the row's schedule: "" when it applied, else why not.
+        Raises ``HolderCrashed`` when the process holding it died."""
+        if self.holder is None:
+            try:
+                row.live.step(text)
+            except dragon_dsl.DragonError as exc:
+                return str(exc)
+            return ""
+        outcome = self.holder.step(row.key, text)
+        if isinstance(outcome, LiveView):
+            row.live = outcome
+            return ""
+        return outcome.message
 
     def _new_statement(self, row: _Row, row_index: int) -> None:
         """Row ``row`` is between statements: the statement matcher for what may come next."""
@@ -225,13 +264,16 @@ class _Decoder:
         text = text[:text.index("\n")]
         start = time.perf_counter()
         try:
-            row.live.step(text)
-            ok = True
-        except dragon_dsl.DragonError as exc:
-            ok, row.error = False, str(exc)
-        self.stats.replay_seconds.append(time.perf_counter() - start)
-        if ok:
-            row.error = ""
+            refused = self._apply(row, text)
+        except HolderCrashed as exc:
+            # The schedule is gone with its process: this sample ends with the script so far.
+            self._roll_back(row)
+            row.error, row.failed, row.finished, row.plan = str(exc), True, True, []
+            return False
+        finally:
+            self.stats.replay_seconds.append(time.perf_counter() - start)
+        row.error = refused
+        if not refused:
             self._new_statement(row, row_index)
             return True
         self._roll_back(row)
@@ -260,7 +302,7 @@ class _Decoder:
     # ---- the loop -------------------------------------------------------------------------
 
     def run(self, prompts: list, prompt_rows: list[int]) -> list[ScheduleAwareResult]:
-        model, device = self.model, self.model.device
+        device = self.model.device
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
             else self.eos[0]
         if prompts and not isinstance(prompts[0], str):  # token ids already
@@ -275,8 +317,16 @@ class _Decoder:
             input_ids = enc["input_ids"].to(device)
             self.mask = enc["attention_mask"].to(device).clone()
         positions = (self.mask.cumsum(-1) - 1).clamp(min=0)
-        rows = [_Row(LiveSchedule(self.workloads[p], self.target), self.whole.deep_copy())
-                for p in prompt_rows]
+        rows = [self._open(p) for p in prompt_rows]
+        try:
+            return self._loop(rows, input_ids, positions, prompt_rows, pad)
+        finally:
+            if self.holder is not None:
+                self.holder.close([row.key for row in rows if row.key is not None])
+
+    def _loop(self, rows: list[_Row], input_ids: torch.Tensor, positions: torch.Tensor,
+              prompt_rows: list[int], pad: int) -> list[ScheduleAwareResult]:
+        model, device = self.model, self.model.device
         self.index = {id(row): i for i, row in enumerate(rows)}
         for i, row in enumerate(rows):
             self._new_statement(row, prompt_rows[i])
