@@ -354,3 +354,6 @@ def test_the_whole_model_path_writes_no_record_a_baseline_beat(slow_samples, mon
     assert done.result.speedup("unscheduled") > 1 and done.result.winner == "default"
     assert result.records == 0 and not done.in_database
     assert done.as_dict()["winner"] == "default"
+    from training.cli.optimize_model import format_model_report
+
+    assert "no (default faster)" in format_model_report(result)
