@@ -1,7 +1,8 @@
 """Scripts and baselines measured in one session: what ``dragon bench`` prints.
 
 Every speedup is a ratio of two latencies measured by the same ``Evaluator`` on the same
-device in the same run, and only correct kernels have a latency.
+device in the same run, and only correct kernels have a latency; ``comparison`` adds the two
+timings' spread and says when the ratio is within it, a tie (``codegen.measured.compare``).
 
 >>> from codegen.workloads import workload
 >>> report = bench(workload("matmul(m=64,n=64,k=64)"), {"tiled": 'block "C" -> C'},
@@ -19,7 +20,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .measure import Cache, Evaluator, MeasureConfig
-from .measured import BASELINES, UNTUNED, Row, make_baselines, measure_beside, speedup
+from .measured import (
+    BASELINES,
+    UNTUNED,
+    Comparison,
+    Row,
+    compare,
+    make_baselines,
+    measure_beside,
+    speedup,
+)
 from .targets import as_target
 
 __all__ = ["BASELINES", "BenchReport", "BenchRow", "bench"]
@@ -52,9 +62,24 @@ class BenchReport:
         """How many times faster ``name`` ran than ``baseline``; None unless both are correct."""
         return speedup(self.row(baseline).latency_s, self.row(name).latency_s)
 
+    def comparison(self, name: str, baseline: str) -> Comparison | None:
+        """``name`` beside ``baseline`` with both timings' spread: faster, slower or a tie;
+        None unless both are correct."""
+        return compare(self.row(baseline).outcome, self.row(name).outcome)
+
+    @property
+    def comparisons(self) -> list[Comparison]:
+        """Every row's comparison with each baseline but itself, where both ran correctly."""
+        found = (self.comparison(r.name, b) for r in self.rows for b in self.baselines
+                 if b != r.name)
+        return [c for c in found if c is not None]
+
     def as_dict(self) -> dict[str, Any]:
         return {"workload": self.workload, "target": self.target, "device": self.device,
-                "repeat": self.config.repeat, "rows": [r.as_dict() for r in self.rows]}
+                "repeat": self.config.repeat, "rows": [r.as_dict() for r in self.rows],
+                "comparisons": {r.name: {b: c.as_dict() for b in self.baselines if b != r.name
+                                         for c in [self.comparison(r.name, b)] if c}
+                                for r in self.rows}}
 
 
 def bench(workload: Any, scripts: dict[str, str], target: Any = "llvm", *,

@@ -8,7 +8,10 @@
 * ``measure_beside``: candidate scripts and the available baselines timed by one ``Evaluator``,
   in one session, so a ratio compares timings of one moment: a ``Row`` each, a candidate's or a
   baseline's outcome, or why the baseline is unavailable (``outcomes``: by name);
-* ``speedup(reference_s, latency_s)``: how many times faster, None unless both were measured.
+* ``speedup(reference_s, latency_s)``: how many times faster, None unless both were measured;
+* ``compare(reference, candidate)``: that speedup with the two timings' spread, and whether it
+  is beyond that spread (``Comparison``: faster, slower or a tie), what every report says;
+  ``busy_warning``: the one line a command prints when a comparison it reports is a tie.
 
 >>> speedup(2e-3, 1e-3)
 2.0
@@ -18,14 +21,15 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .search.baselines import BASELINES, BaselineUnavailable, baselines
 
-__all__ = ["BASELINES", "UNTUNED", "Baselines", "Row", "make_baselines", "measure_beside",
-           "outcomes", "speedup"]
+__all__ = ["BASELINES", "UNTUNED", "Baselines", "Comparison", "Row", "busy_warning", "compare",
+           "make_baselines", "measure_beside", "outcomes", "speedup"]
 
 # The baselines that cost no search, named as `dragon bench` names them: the kernel as
 # written, and TVM's rule-based default (DLight).  What `dragon optimize` measures beside its
@@ -43,6 +47,92 @@ def speedup(reference_s: float | None, latency_s: float | None) -> float | None:
     if reference_s is None or latency_s is None or not (reference_s > 0 and latency_s > 0):
         return None
     return reference_s / latency_s
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A candidate's timing beside a reference's: ``speedup`` (reference / candidate), the
+    ``noise`` the two timings carry (their combined relative spread) and the ``verdict``:
+    "faster" or "slower" when the speedup is beyond the noise, else "tie"."""
+
+    speedup: float
+    noise: float
+    verdict: str
+
+    @property
+    def tie(self) -> bool:
+        return self.verdict == "tie"
+
+    def __str__(self) -> str:
+        """``2.10x``; a tie says so, with the spread it is within: ``1.03x (tie, spread 8%)``."""
+        ratio = f"{self.speedup:.2f}x"
+        return f"{ratio} (tie, spread {self.noise:.0%})" if self.tie else ratio
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"speedup": self.speedup, "noise": self.noise, "verdict": self.verdict}
+
+
+def _relative_spread(outcome: Any) -> float:
+    """The timing's interquartile range over its median; 0 when it has none (one repeat)."""
+    spread = getattr(outcome, "spread_s", None)
+    return spread / outcome.latency_s if spread and math.isfinite(spread) else 0.0
+
+
+def compare(reference: Any, candidate: Any, *, floor: float = 0.0) -> Comparison | None:
+    """How ``candidate`` (a ``codegen.measure.Outcome``) compares with ``reference``, timed in
+    the same session; None unless both are correct.
+
+    The noise is the sum of the two timings' relative spreads (each one's interquartile range
+    over its median, ``codegen.measure.timing.median_and_spread``), or ``floor`` when that is
+    larger (a fixed tolerance).  The verdict is a tie when the ratio is within that noise,
+    ``|ln speedup| <= ln(1 + noise)``: two timings whose spreads overlap do not say which
+    kernel is faster.  Without a spread (one repeat) and no floor, only equal medians tie.
+
+    >>> from codegen.measure import Outcome, Status
+    >>> def timed(latency_s, spread_s):
+    ...     return Outcome(Status.CORRECT, latency_s=latency_s, spread_s=spread_s)
+    >>> str(compare(timed(2.0, 0.02), timed(1.0, 0.01)))       # 1% + 1% of noise
+    '2.00x'
+    >>> c = compare(timed(1.03, 0.05), timed(1.0, 0.03))        # ~4.9% + 3%: within
+    >>> c.verdict, str(c)
+    ('tie', '1.03x (tie, spread 8%)')
+    >>> compare(timed(1.0, 0.0), timed(1.5, 0.0)).verdict
+    'slower'
+    >>> compare(timed(1.0, 0.0), timed(1.01, 0.0), floor=0.02).verdict
+    'tie'
+    """
+    ratio = speedup(getattr(reference, "latency_s", None) if getattr(reference, "ok", False)
+                    else None,
+                    getattr(candidate, "latency_s", None) if getattr(candidate, "ok", False)
+                    else None)
+    if ratio is None:
+        return None
+    noise = max(_relative_spread(reference) + _relative_spread(candidate), floor)
+    if abs(math.log(ratio)) <= math.log1p(noise):
+        verdict = "tie"
+    else:
+        verdict = "faster" if ratio > 1 else "slower"
+    return Comparison(ratio, noise, verdict)
+
+
+def busy_warning(comparisons: Iterable[Comparison | None]) -> str:
+    """One line when any comparison is a tie: the timings were too noisy to tell the kernels
+    apart (a busy machine); "" otherwise.
+
+    >>> print(busy_warning([Comparison(1.03, 0.08, "tie"), Comparison(2.0, 0.01, "faster")]))
+    ... # doctest: +ELLIPSIS
+    warning: 1 comparison is a tie within the measured spread (up to 8%): the machine was busy...
+    >>> busy_warning([Comparison(2.0, 0.01, "faster"), None])
+    ''
+    """
+    ties = [c for c in comparisons if c is not None and c.tie]
+    if not ties:
+        return ""
+    worst = max(c.noise for c in ties)
+    many = f"{len(ties)} comparisons are ties" if len(ties) > 1 else "1 comparison is a tie"
+    return (f"warning: {many} within the measured spread (up to {worst:.0%}): the machine was "
+            "busy or the kernels are as fast; measure again on an idle machine or with more "
+            "--repeat")
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,14 @@ class EndToEnd:
     def ok(self) -> bool:
         return self.status == "correct"
 
+    @property
+    def spread_s(self) -> float | None:
+        """The interquartile range of the rounds' times, as a kernel's ``Outcome`` has it (what
+        ``codegen.measured.compare`` reads); None without times."""
+        from .measure.timing import median_and_spread
+
+        return median_and_spread(list(self.times))[1] if self.times else None
+
     def as_dict(self) -> dict[str, Any]:
         return dict(vars(self))
 

@@ -75,3 +75,56 @@ def test_bench_json_and_cache(script_file, tmp_path, capsys, monkeypatch):
     [a], [b] = first["rows"], second["rows"]
     assert a["status"] == "correct" and not a["cached"]
     assert b["cached"] and b["latency_s"] == a["latency_s"]
+
+
+def test_bench_says_faster_without_a_warning_beyond_the_spread(tmp_path, capsys, monkeypatch):
+    """Constructed outcomes: a script twice as fast as the unscheduled kernel, 10% of spread."""
+    import codegen.bench
+    from codegen.bench import BenchReport
+    from codegen.measure import MeasureConfig, Outcome, Status
+    from codegen.measured import Row
+
+    script = tmp_path / "fast.dragon"
+    script.write_text('block "C" -> b0\n')
+
+    def fake_bench(wl, scripts, target, **kwargs):
+        rows = (Row("unscheduled", Outcome(Status.CORRECT, latency_s=2e-3, spread_s=1e-4)),
+                Row(str(script), Outcome(Status.CORRECT, latency_s=1e-3, spread_s=5e-5),
+                    baseline=False))
+        return BenchReport(SPEC, "llvm", "cpu", MeasureConfig(repeat=2), rows)
+
+    monkeypatch.setattr(codegen.bench, "bench", fake_bench)
+    assert main(["bench", str(script), "--workload", SPEC, "--baselines", "unscheduled"]) == 0
+    out = capsys.readouterr().out
+    rows = {ln.split()[0]: ln for ln in out.splitlines()[3:] if ln and not ln.startswith(" ")}
+    assert rows["unscheduled"].endswith("1.00x")  # itself: no verdict
+    assert rows[str(script)].endswith("2.00x") and "tie" not in out and "warning" not in out
+
+
+def test_bench_says_tie_when_a_script_is_within_the_spread_of_a_baseline(tmp_path, capsys,
+                                                                         monkeypatch):
+    import codegen.bench
+    from codegen.bench import BenchReport
+    from codegen.measure import MeasureConfig, Outcome, Status
+    from codegen.measured import Row
+
+    script = tmp_path / "same.dragon"
+    script.write_text('block "C" -> b0\n')
+
+    def fake_bench(wl, scripts, target, **kwargs):
+        rows = (Row("unscheduled", Outcome(Status.CORRECT, latency_s=1.03e-3, spread_s=5e-5)),
+                Row(str(script), Outcome(Status.CORRECT, latency_s=1e-3, spread_s=3e-5),
+                    baseline=False))
+        return BenchReport(SPEC, "llvm", "cpu", MeasureConfig(repeat=2), rows)
+
+    monkeypatch.setattr(codegen.bench, "bench", fake_bench)
+    assert main(["bench", str(script), "--workload", SPEC, "--baselines", "unscheduled"]) == 0
+    out = capsys.readouterr().out
+    assert f"{script}" in out and "1.03x (tie, spread 8%)" in out
+    assert out.count("warning: 1 comparison is a tie") == 1 and "busy" in out
+    assert main(["bench", str(script), "--workload", SPEC, "--baselines", "unscheduled",
+                 "--json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["comparisons"][str(script)]["unscheduled"]["verdict"] == "tie"
+    assert data["rows"][1]["spread_s"] == 3e-5 and "busy" in captured.err

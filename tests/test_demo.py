@@ -50,3 +50,24 @@ def test_bad_usage_is_refused_before_any_work(capsys, argv, says):
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and says in err and "Traceback" not in err
+
+
+def test_the_headline_calls_a_ratio_within_the_spread_a_tie_and_warns_once():
+    """Assembled from outcomes: dragon twice as fast as the unscheduled kernel, and within
+    MetaSchedule's spread (3% apart, 5% + 5% of spread)."""
+    from codegen.measure import Outcome, Status
+    from training.cli.demo import format_headline, kernel_comparisons, kernel_row
+    from training.optimize.demo import KernelShowdown
+
+    def timed(latency_s):
+        return Outcome(Status.CORRECT, latency_s=latency_s, spread_s=0.05 * latency_s)
+
+    showdown = KernelShowdown(SPEC, None, 8, "postproc auto llvm\n", {
+        "dragon": timed(1e-3), "metaschedule": timed(1.03e-3), "unscheduled": timed(2e-3),
+        "default": timed(1.5e-3)})
+    row = kernel_row(showdown)
+    assert row[-2:] == ["2.00x", "1.03x (tie, spread 10%)"]
+    text = format_headline([row], "dragon-tiny", "cpu", 60.0, kernel_comparisons(showdown))
+    assert "1.03x (tie, spread 10%)" in text and text.count("warning:") == 1
+    assert "busy" in text.splitlines()[-1]
+    assert showdown.comparison("dragon", "default").verdict == "faster"

@@ -73,3 +73,20 @@ def test_budget_curves_take_the_best_of_the_first_n_attempts():
     assert curve["measurements"] == [1, 2, 3]
     assert curve["geomean"] == pytest.approx([2.0, 2.0, 2.0])
     assert curve["fast_1"] == [0.5, 1.0, 1.0]
+
+
+def test_head_to_head_ties_within_the_best_kernels_spread_when_it_is_larger_than_the_tie():
+    # t2: b's 1.5 s beat a's 3 s by 2x: beyond any spread below 100%.  t1: 1.0 vs 1.01 s.
+    rows = [dict(r, spread_s=0.1 * r["latency_s"]) if r["latency_s"] else r for r in ROWS]
+    assert head_to_head(rows, "a", "b", "refinement") == {
+        "wins_a": 0, "wins_b": 1, "ties": 1, "tasks": 2}
+    # a 10% faster than b on t1, within their 10% + 10% of spread: still a tie; 30%: a win.
+    close = [dict(r, latency_s=0.9) if (r["model"], r["task"], r["status"]) == ("a", "t1",
+                                                                                "correct")
+             else r for r in rows]
+    assert head_to_head(close, "a", "b", "refinement")["ties"] == 1
+    assert head_to_head([dict(r, latency_s=0.7) if r is close[0] else r for r in close],
+                        "a", "b", "refinement")["wins_a"] == 1
+    # Without spreads only the fixed tie counts: 10% is a win.
+    plain = [dict(r, latency_s=0.9) if r is ROWS[0] else r for r in ROWS]
+    assert head_to_head(plain, "a", "b", "refinement")["wins_a"] == 1

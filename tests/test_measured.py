@@ -7,7 +7,16 @@ from __future__ import annotations
 import pytest
 
 from codegen.measure import Outcome, Status
-from codegen.measured import Baselines, Row, measure_beside, outcomes, speedup
+from codegen.measured import (
+    Baselines,
+    Comparison,
+    Row,
+    busy_warning,
+    compare,
+    measure_beside,
+    outcomes,
+    speedup,
+)
 from codegen.search.baselines import BaselineUnavailable
 from codegen.search.rival import Attempt, RivalResult
 from codegen.search.tune import SearchConfig
@@ -22,6 +31,48 @@ def test_speedup_is_a_ratio_of_two_measured_latencies_or_none():
     assert speedup(4e-3, 1e-3) == pytest.approx(4.0)
     assert speedup(None, 1e-3) is None and speedup(1e-3, None) is None
     assert speedup(0.0, 1e-3) is None and speedup(1e-3, 0.0) is None
+
+
+def _timed(latency_s, spread_s=None):
+    return Outcome(Status.CORRECT, latency_s=latency_s, spread_s=spread_s)
+
+
+def test_compare_is_a_tie_within_the_two_timings_combined_relative_spread():
+    # 10% + 5% of spread: a ratio within 1.15x either way is a tie, beyond it a verdict.
+    ref = _timed(1.0e-3, 1.0e-4)
+    assert compare(ref, _timed(0.9e-3, 0.45e-4)) == Comparison(
+        pytest.approx(1.0 / 0.9), pytest.approx(0.15), "tie")
+    assert compare(ref, _timed(1.1e-3, 0.55e-4)).verdict == "tie"
+    assert compare(ref, _timed(0.8e-3, 0.4e-4)).verdict == "faster"
+    assert compare(ref, _timed(1.2e-3, 0.6e-4)).verdict == "slower"
+    # The boundary is symmetric in log space: 1.149x either way is a tie, 1.151x is not.
+    for ratio, verdict in ((1.149, "tie"), (1.151, "faster")):
+        assert compare(ref, _timed(1e-3 / ratio, 0.05e-3 / ratio)).verdict == verdict
+        assert compare(_timed(1e-3 / ratio, 0.05e-3 / ratio), ref).verdict == \
+            {"tie": "tie", "faster": "slower"}[verdict]
+
+
+def test_compare_without_a_spread_ties_only_equal_medians_unless_a_floor_is_given():
+    assert compare(_timed(1e-3), _timed(1e-3)).verdict == "tie"
+    assert compare(_timed(1e-3), _timed(0.99e-3)).verdict == "faster"
+    assert compare(_timed(1e-3), _timed(0.99e-3), floor=0.02).verdict == "tie"
+    assert compare(_timed(1e-3, 1e-4), _timed(1e-3), floor=0.02).noise == pytest.approx(0.1)
+
+
+def test_compare_needs_two_correct_timings_and_reads_as_people_read_it():
+    assert compare(_timed(1e-3), WRONG) is None and compare(None, _timed(1e-3)) is None
+    tie = compare(_timed(1.03e-3, 0.05e-3), _timed(1e-3, 0.03e-3))
+    assert str(tie) == "1.03x (tie, spread 8%)" and tie.tie
+    assert tie.as_dict() == {"speedup": pytest.approx(1.03), "noise": pytest.approx(0.0785, 1e-3),
+                             "verdict": "tie"}
+    assert str(compare(SLOW, FAST)) == "4.00x"
+
+
+def test_the_busy_warning_is_one_line_naming_the_worst_spread():
+    assert busy_warning([]) == "" and busy_warning([compare(SLOW, FAST), None]) == ""
+    line = busy_warning([Comparison(1.0, 0.05, "tie"), Comparison(0.98, 0.12, "tie")])
+    assert line.startswith("warning: 2 comparisons are ties within the measured spread "
+                           "(up to 12%)") and "busy" in line and "\n" not in line
 
 
 def test_a_row_has_a_latency_only_when_correct():

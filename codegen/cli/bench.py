@@ -19,11 +19,12 @@ from dragon_dsl.cli_kit import (
     config_from_args,
     examples,
     format_latency,
+    format_ratio,
     read_source,
 )
 
 from ..measure.config import MeasureConfig
-from ..measured import BASELINES, UNTUNED
+from ..measured import BASELINES, UNTUNED, busy_warning
 
 __all__ = ["format_table", "register"]
 
@@ -84,7 +85,8 @@ def _err(value: float | None) -> str:
 
 
 def format_table(report) -> str:
-    """The bench table: one row per baseline or script, speedups against each baseline."""
+    """The bench table: one row per baseline or script, speedups against each baseline (a tie
+    when within the two timings' spread: ``1.03x (tie, spread 8%)``)."""
     names = report.baselines
     header = ["", "outcome", "max abs err", "median", "IQR"] + [f"vs {b}" for b in names]
     table = [header]
@@ -93,11 +95,13 @@ def format_table(report) -> str:
         if o is None:  # a baseline that does not exist here
             table.append([row.name, "unavailable", "-", "-", "-"] + ["-"] * len(names))
             continue
-        speedups = [report.speedup(row.name, b) for b in names]
+        # A baseline beside itself is 1.00x by definition, not a tie the spread decides.
+        speedups = [report.comparison(row.name, b) if b != row.name else
+                    format_ratio(report.speedup(row.name, b)) for b in names]
         table.append([row.name, o.status.value + (" (cached)" if o.cached else ""),
                       _err(o.max_abs_error), format_latency(o.latency_s),
                       format_latency(o.spread_s)]
-                     + [f"{s:.2f}x" if s else "-" for s in speedups])
+                     + [str(s) if s else "-" for s in speedups])
     widths = [max(len(str(r[i])) for r in table) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
              for r in table]
@@ -129,8 +133,11 @@ def cmd_bench(args) -> int:
     report = bench(wl, scripts, target, baselines=names, trials=args.trials, config=config,
                    cache=False if args.no_cache else None, builders=args.builders,
                    progress=progress)
+    warning = busy_warning(report.comparisons)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
+        if warning:
+            print(warning, file=sys.stderr)
     else:
         print(f"{report.workload} on {report.target} ({report.device}); "
               f"median of {config.repeat} repeats")
@@ -140,6 +147,8 @@ def cmd_bench(args) -> int:
                 ("" if row.outcome.ok else row.outcome.summary())
             if message:
                 print(f"  {row.name}: {message}")
+        if warning:
+            print(warning)
     outcomes = [r.outcome for r in report.scripts]
     return ExitCode.OK if any(o and o.ok for o in outcomes) or not outcomes \
         else ExitCode.FINDINGS

@@ -25,7 +25,6 @@ from dragon_dsl.cli_kit import (
     config_from_args,
     examples,
     format_latency,
-    format_ratio,
     text_table,
 )
 from training.cli.common import load_model, model_path
@@ -37,12 +36,30 @@ HEADER = ["", "measured", "unscheduled", "default", "MetaSchedule", "dragon",
           "dragon vs unscheduled", "dragon vs MetaSchedule"]
 
 
+def _ratio(comparison) -> str:
+    """``2.10x``, ``1.03x (tie, spread 8%)`` or "-"."""
+    return "-" if comparison is None else str(comparison)
+
+
+def kernel_comparisons(showdown) -> list:
+    """The headline's two ratios: dragon over the unscheduled kernel and over MetaSchedule."""
+    return [showdown.comparison("dragon"), showdown.comparison("dragon", "metaschedule")]
+
+
+def network_comparisons(result) -> list:
+    """The same two ratios, end to end: dragon's build over the default and MetaSchedule's."""
+    from codegen.measured import compare
+
+    e2e = result.end_to_end
+    return [compare(e2e.get("before"), e2e.get("dragon")),
+            compare(e2e.get("metaschedule"), e2e.get("dragon"))]
+
+
 def kernel_row(showdown) -> list[str]:
     lat = showdown.latency_s
     return [f"{showdown.workload} (kernel)", f"{showdown.trials} / {showdown.trials}",
             *(format_latency(lat(n)) for n in ("unscheduled", "default", "metaschedule", "dragon")),
-            format_ratio(showdown.speedup("dragon")),
-            format_ratio(showdown.speedup("dragon", "metaschedule"))]
+            *(_ratio(c) for c in kernel_comparisons(showdown))]
 
 
 def network_row(result) -> list[str]:
@@ -52,18 +69,24 @@ def network_row(result) -> list[str]:
     return [f"{result.model}, {len(result.tasks)} tasks (end to end)",
             f"{result.measurements} / {result.metaschedule_measurements}",
             format_latency(before.latency_s if before is not None and before.ok else None), "-",
-            format_latency(ms), format_latency(dragon), format_ratio(result.speedup("dragon")),
-            format_ratio(ms / dragon if ms and dragon else None)]
+            format_latency(ms), format_latency(dragon),
+            *(_ratio(c) for c in network_comparisons(result))]
 
 
-def format_headline(rows: list[list[str]], model_name: str, device: str, seconds: float) -> str:
-    """The headline table: one row per part of the demo."""
+def format_headline(rows: list[list[str]], model_name: str, device: str, seconds: float,
+                    comparisons: list | None = None) -> str:
+    """The headline table: one row per part of the demo; a line when one of its
+    ``comparisons`` is a tie within the timings' spread (``codegen.measured.busy_warning``)."""
+    from codegen.measured import busy_warning
+
     lines = [f"Little Dragon demo: {model_name} on {device}, {seconds / 60:.1f} min", "",
              *text_table([HEADER, *rows]), "",
              "measured: kernels the model's search timed / MetaSchedule's search got.  Every "
              "latency is a median of its part's final, interleaved timing; a network's "
-             "'unscheduled' is its default build (relax.build without a database)."]
-    return "\n".join(lines)
+             "'unscheduled' is its default build (relax.build without a database).  A ratio "
+             "within the two timings' spread is a tie."]
+    warning = busy_warning(comparisons or [])
+    return "\n".join([*lines, warning] if warning else lines)
 
 
 def say(text: str) -> None:
@@ -96,7 +119,7 @@ def cmd_demo(args) -> int:
     path = model_path(args.model)
     started = time.perf_counter()
     target = as_target("llvm")
-    rows, parts = [], {}
+    rows, parts, comparisons = [], {}, []
     with Evaluator(target, cache=False) as ev, contextlib.redirect_stdout(sys.stderr):
         model, tokenizer = load_model(path)
         if wl is not None:
@@ -105,6 +128,7 @@ def cmd_demo(args) -> int:
                                       seed=config.seed, population=config.population,
                                       progress=not args.quiet)
             rows.append(kernel_row(showdown))
+            comparisons += kernel_comparisons(showdown)
             parts["kernel"] = showdown.as_dict()
         if config.network:
             import tempfile
@@ -119,16 +143,23 @@ def cmd_demo(args) -> int:
                                      progress=not args.quiet,
                                      say=None if args.quiet else say)
             rows.append(network_row(result))
+            comparisons += network_comparisons(result)
             parts["network"] = {**result.as_dict(), "ok": result.records > 0 and all(
-                e.ok for e in result.end_to_end.values())}
+                e.ok for e in result.end_to_end.values()), "comparison": {
+                    f"dragon vs {over}": c.as_dict() if c else None for over, c in zip(
+                        ("before", "metaschedule"), network_comparisons(result), strict=True)}}
         device = ev.device
     seconds = time.perf_counter() - started
     name = "dragon-tiny (the built-in model)" if args.model is None else path
     if args.json:
+        from codegen.measured import busy_warning
+
         print(json.dumps({"model": path, "device": device, "seconds": seconds, **parts},
                          indent=2))
+        if busy_warning(comparisons):
+            print(busy_warning(comparisons), file=sys.stderr)
     else:
-        print(format_headline(rows, name, device, seconds))
+        print(format_headline(rows, name, device, seconds, comparisons))
         if "network" in parts:
             print(f"the network's MetaSchedule databases: {parts['network']['database']} "
                   "(ours) and its .metaschedule twin")

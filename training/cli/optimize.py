@@ -8,11 +8,13 @@ Samples ``-k`` scripts by schedule-aware decoding, measures them beside the unsc
 and DLight's rule-based default, then lets the model refine its own best script for
 ``--rounds`` rounds, the measured latency in each refinement prompt (``training.optimize.kernel``).
 Prints a table of the rounds, the best script, its speedups over both baselines (re-timed
-together at the end), and the kernels timed; writes the script to ``--out`` (by default
-``FAMILY-IDENTITY.dragon`` in the current directory).  Exit codes (``ExitCode``): 0 a correct
-script was found (with ``--refine``, possibly the given one: ``improved`` says), 1 no correct
-script, 2 usage errors (bad flags, a workload or model that cannot be read, a script to refine
-that does not parse, apply or compute the right thing).
+together at the end, a tie when within the timings' spread), and the kernels timed; writes the
+script to ``--out`` (by default ``FAMILY-IDENTITY.dragon`` in the current directory) when it
+beat every baseline in that re-timing, and otherwise writes nothing and names the baseline to
+keep (``winner``).  Exit codes (``ExitCode``): 0 a script faster than the baselines was found
+(with ``--refine``, possibly the given one: ``improved`` says), 1 no correct script, or none
+faster than a baseline, 2 usage errors (bad flags, a workload or model that cannot be read, a
+script to refine that does not parse, apply or compute the right thing).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def default_out(wl) -> str:
 
 def format_report(result, out: str | None) -> str:
     """The rounds, the best script, its speedups and the kernels timed, for people."""
-    from codegen.measured import speedup
+    from codegen.measured import busy_warning, speedup
 
     start = result.start
     unscheduled = start.baseline("unscheduled").latency_s
@@ -100,32 +102,46 @@ def format_report(result, out: str | None) -> str:
             f"the best script was not correct when re-timed: {result.final['best'].summary()}"
         return "\n".join([*lines, "", f"no correct script: {why}", spent])
     best = result.best
-    origin = f"round {best.round}" if result.improved else \
+    origin = f"round {best.round}" if best.source == "sample" else \
         "the given script: no sampled script was faster"
     lines += ["", f"best script ({origin}):", best.script.rstrip(), "",
               "re-timed together:"]
     rows = [["", "median", "best is"]]
     rows.append(["best", format_latency(result.latency_s), ""])
+    comparisons = []
     for b in start.baselines:
         if b.outcome is None:
             rows.append([b.name, "unavailable", b.unavailable])
             continue
         again = result.final.get(b.name)
+        comparison = result.comparison(b.name)
+        comparisons.append(comparison)
         rows.append([b.name, format_latency(again.latency_s if again is not None and again.ok
                                             else None),
-                     f"{format_ratio(result.speedup(b.name))} faster" if result.speedup(b.name)
+                     _verdict(comparison) if comparison is not None
                      else (again.summary() if again is not None else "-")])
     lines += ["  " + ln for ln in text_table(rows)]
     lines.append(spent)
+    if result.winner != "best":
+        lines.append(f"no script beat the {result.winner} kernel when re-timed: keep it"
+                     + ("; no script written" if not out else ""))
     if out:
         lines.append(f"written to {out}")
-    return "\n".join(lines)
+    warning = busy_warning(comparisons)
+    return "\n".join([*lines, warning] if warning else lines)
+
+
+def _verdict(comparison) -> str:
+    """``2.10x faster``, ``0.68x (slower)`` or ``1.03x (tie, spread 8%)``."""
+    return {"faster": f"{comparison} faster", "slower": f"{comparison} (slower)"}.get(
+        comparison.verdict, str(comparison))
 
 
 def cmd_optimize(args) -> int:
     from codegen.cli.workloads import cli_workload
     from codegen.measure import Evaluator
     from codegen.measure.devices import create
+    from codegen.measured import busy_warning
     from dragon_dsl.files import write_atomic
     from training.optimize.kernel import OptimizeError, RefineError, measure_start, optimize
 
@@ -169,15 +185,18 @@ def cmd_optimize(args) -> int:
         result = optimize(model, tokenizer, wl, target, config=config, sampling=sampling,
                           refine=old, evaluator=ev, start=start, progress=progress)
     written = None
-    if result.ok:
-        assert result.best is not None
-        write_atomic(out, result.best.script)
+    if result.best_script is not None:
+        write_atomic(out, result.best_script)
         written = out
     if args.json:
         print(json.dumps({**result.as_dict(), "out": written}, indent=2))
+        warning = busy_warning(result.comparison(name) for name in result.final
+                               if name != "best")
+        if warning:
+            print(warning, file=sys.stderr)
     else:
         print(format_report(result, written))
-    return ExitCode.OK if result.ok else ExitCode.FINDINGS
+    return ExitCode.OK if written is not None else ExitCode.FINDINGS
 
 
 def register(subparsers) -> None:
@@ -190,8 +209,10 @@ def register(subparsers) -> None:
                     "default, then let the model refine its own best script for --rounds "
                     "rounds with the measured latency in the prompt.  Prints the rounds, the "
                     "best script and its speedups (re-timed beside the baselines at the end) "
-                    "and the kernels timed; writes the script to --out.  Exit 0 a correct "
-                    "script was found, 1 none was, 2 usage errors.",
+                    "and the kernels timed; writes the script to --out when it beat every "
+                    "baseline re-timed beside it.  Exit 0 such a script was found, 1 none "
+                    "was (no correct script, or a baseline was as fast: keep it), 2 usage "
+                    "errors.",
         **examples("dragon optimize 'softmax(m=32,n=64)' --model runs/sft-tiny -k 8 "
                    "--rounds 3",
                    "dragon optimize 'matmul(m=512,n=512,k=512)' --model runs/rl-tiny "

@@ -90,19 +90,26 @@ def load_whole_model(arg: str) -> tuple[str, Any, list]:
 
 
 def format_model_report(result) -> str:
-    """The tasks, then the end-to-end rows, for people."""
+    """The tasks, then the end-to-end rows, for people: speedups are ties when within the two
+    timings' spread (``codegen.measured.compare``), with one line when any is."""
+    from codegen.measured import busy_warning, compare
 
     budget = f", budget {result.budget}" if result.budget is not None else ""
     lines = [f"{result.model} on {result.target} ({result.device}): {len(result.tasks)} tasks"
              f"{budget}, {result.wall_s:.0f} s", ""]
     rows = [["task", "weight", "unscheduled", "best", "speedup", "measurements", "in database",
              "MetaSchedule best"]]
+    comparisons = []
     for i, t in enumerate(result.tasks):
-        speedup = t.result.speedup("unscheduled")
+        comparison = t.result.comparison("unscheduled")
+        comparisons.append(comparison)
+        kept = t.result.winner not in (None, "best")  # a baseline was faster: keep it
         rows.append([f"{i} {t.name}", str(t.weight),
                      format_latency(t.unscheduled_s), format_latency(t.result.latency_s),
-                     "-" if speedup is None else f"{speedup:.2f}x",
-                     str(t.result.measurements), "yes" if t.in_database else "no",
+                     "-" if comparison is None else str(comparison),
+                     str(t.result.measurements),
+                     "yes" if t.in_database else
+                     (f"no ({t.result.winner} faster)" if kept else "no"),
                      format_latency(t.metaschedule_best_s)])
     lines += text_table(rows)
     lines += ["", f"database: {result.database} ({result.records} of {len(result.tasks)} tasks "
@@ -113,13 +120,18 @@ def format_model_report(result) -> str:
              "metaschedule": "MetaSchedule, equal measurements"}
     rows = [["build", "latency", "speedup", "measurements", "status"]]
     for name, e in result.end_to_end.items():
-        speedup = result.speedup(name)
+        comparison = compare(result.end_to_end.get("before"), e)
+        if name != "before":
+            comparisons.append(comparison)
         rows.append([names.get(name, name), format_latency(e.latency_s),
-                     "-" if speedup is None else f"{speedup:.2f}x", spent.get(name, "-"),
+                     "-" if comparison is None else
+                     (str(comparison) if name != "before" else f"{comparison.speedup:.2f}x"),
+                     spent.get(name, "-"),
                      "correct" if e.ok else
                      f"{e.status}: {(e.message.splitlines() or [''])[0]}"[:120]])
     lines += ["  " + ln for ln in text_table(rows)]
-    return "\n".join(lines)
+    warning = busy_warning(comparisons)
+    return "\n".join([*lines, warning] if warning else lines)
 
 
 def run_optimize_model(args, target, config, sampling, measure, path: str) -> int:

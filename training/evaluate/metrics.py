@@ -1,7 +1,8 @@
 """Figures of an evaluation, from its per-sample rows: pure functions, no measuring.
 
 Each row is one attempt of one model at one task: its ``status`` (``codegen.measure.Status``
-values) and, when correct, its ``latency_s``; the references of its task (the unscheduled
+values) and, when correct, its ``latency_s`` and ``spread_s`` (rows written before spreads were
+kept have none); the references of its task (the unscheduled
 kernel, the start script of a refinement, MetaSchedule's best) were measured in the same
 session.  What is reported, per model and task kind, follows the field's conventions:
 
@@ -13,7 +14,8 @@ session.  What is reported, per model and task kind, follows the field's convent
   have a correct attempt, and ``fast_p``, KernelBench's share of *all* tasks whose best kernel
   is correct and at least ``p`` times faster than the unscheduled kernel (``fast_0`` is the
   share of tasks solved at all);
-* head to head: per task, which of two models found the faster best kernel;
+* head to head: per task, which of two models found the faster best kernel, a tie within the
+  larger of a fixed tolerance and the two timings' spread;
 * budget curves: per model and kind, the best speedup over the unscheduled kernel among the
   first ``n`` attempts (``n`` measurements spent, in sampling order), over the tasks.
 
@@ -34,7 +36,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from codegen.measured import speedup
+from codegen.measured import compare, speedup
 
 __all__ = ["FAST_P", "best_by_task", "budget_curves", "fast_p", "geomean", "head_to_head",
            "summarize"]
@@ -140,15 +142,27 @@ def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return figures
 
 
+def _timed(row: dict[str, Any]) -> Any:
+    """A correct row's timing as an ``Outcome``, its spread when the row carries one."""
+    from codegen.measure import Outcome, Status
+
+    return Outcome(Status.CORRECT, latency_s=row["latency_s"], spread_s=row.get("spread_s"))
+
+
 def head_to_head(rows: list[dict[str, Any]], a: str, b: str, kind: str, *,
                  tie: float = 0.02) -> dict[str, int]:
     """Per task of ``kind`` that both models attempted: ``a`` wins when its best correct kernel
-    is more than ``tie`` (relative) faster than ``b``'s, or when only ``a`` has one.
+    is faster than ``b``'s beyond the larger of ``tie`` (relative) and the two timings'
+    combined spread (rows' ``spread_s``: ``codegen.measured.compare``), or when only ``a`` has
+    one; else it is a tie.
 
     >>> rows = [{"model": m, "task": "t", "kind": "k", "status": "correct", "latency_s": s}
     ...         for m, s in (("a", 1.0), ("b", 2.0))]
     >>> head_to_head(rows, "a", "b", "k")
     {'wins_a': 1, 'wins_b': 0, 'ties': 0, 'tasks': 1}
+    >>> rows[1].update(latency_s=1.1, spread_s=0.22)  # 20% of spread: 1.1x is within it
+    >>> head_to_head(rows, "a", "b", "k")
+    {'wins_a': 0, 'wins_b': 0, 'ties': 1, 'tasks': 1}
     """
     rows = [r for r in rows if r["kind"] == kind and r["status"] != "skipped"]
     best = best_by_task(rows)
@@ -158,13 +172,12 @@ def head_to_head(rows: list[dict[str, Any]], a: str, b: str, kind: str, *,
     for task in tasks:
         x, y = best[(a, task)], best[(b, task)]
         if x is None and y is None:
-            out["ties"] += 1
-        elif y is None or (x is not None and x["latency_s"] < y["latency_s"] * (1 - tie)):
-            out["wins_a"] += 1
-        elif x is None or y["latency_s"] < x["latency_s"] * (1 - tie):
-            out["wins_b"] += 1
+            verdict = "tie"
+        elif x is None or y is None:
+            verdict = "slower" if x is None else "faster"
         else:
-            out["ties"] += 1
+            verdict = compare(_timed(y), _timed(x), floor=tie).verdict
+        out[{"faster": "wins_a", "slower": "wins_b", "tie": "ties"}[verdict]] += 1
     return out
 
 

@@ -68,7 +68,8 @@ class EvalConfig:
             "flags": ("repeat", "min_repeat_ms", "run_timeout_s")})
     builders: int | None = field(default=None, metadata={"help": "Parallel builds."})
     tie: float = field(default=0.02, metadata={
-        "help": "Head to head, best kernels within this relative difference tie."})
+        "help": "Head to head, best kernels within this relative difference tie, or within "
+                "their timings' combined spread when that is larger."})
     metaschedule: bool = field(default=True, metadata={
         "help": "Evaluate MetaSchedule's search as the model 'metaschedule', given as many "
                 "measurements per workload as a model has attempts per task."})
@@ -335,6 +336,7 @@ def _evaluate(todo, generators, tasks, evaluator, store, config, make_workload,
                              "status": o.status.value, "stage": o.stage,
                              "message": o.message[:500],
                              "latency_s": o.latency_s if o.ok else None,
+                             "spread_s": o.spread_s if o.ok else None,
                              "generation_s": gen["generation_s"]})
             store.write(name, task, rows)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from codegen.measured import speedup
+from codegen.measured import Comparison, compare, speedup
 
 __all__ = ["DEMO_KERNEL", "DEMO_MODEL", "DemoConfig", "KernelShowdown", "compare_kernel",
            "compare_network"]
@@ -79,9 +79,17 @@ class KernelShowdown:
         """How many times faster ``name`` ran than ``over``, both timed at the end."""
         return speedup(self.latency_s(over), self.latency_s(name))
 
+    def comparison(self, name: str, over: str = "unscheduled") -> Comparison | None:
+        """``name`` beside ``over`` in the final timing, with both timings' spread: faster,
+        slower or a tie (``codegen.measured.compare``); None unless both are correct."""
+        return compare(self.final.get(over), self.final.get(name))
+
     def as_dict(self) -> dict[str, Any]:
+        pairs = {f"dragon vs {over}": self.comparison("dragon", over)
+                 for over in ("unscheduled", "default", "metaschedule")}
         return {"workload": self.workload, "trials": self.trials,
                 "metaschedule_script": self.metaschedule,
+                "comparison": {k: c.as_dict() if c else None for k, c in pairs.items()},
                 "latency_s": {n: self.latency_s(n) for n in self.final},
                 "final": {n: o.as_dict() for n, o in self.final.items()},
                 "optimize": self.result.as_dict()}

@@ -7,7 +7,10 @@ and its measured latency: the model refines its own best.  Every distinct script
 verified and timed by one ``Evaluator``; a script written twice (in canonical form) is measured
 once.  The baselines, the unscheduled kernel and TVM's rule-based default (DLight, which has
 no rule for some kernels on llvm), are measured by the same evaluator first, and at the end the
-best script is timed again beside them, so its speedups compare timings of one moment.
+best script is timed again beside them, so its speedups compare timings of one moment.  What
+the re-timing measured fastest is the answer (``OptimizeResult.winner``): the best script only
+when it beat every baseline then, else the baseline, and no script is handed back
+(``best_script`` is None) - a script measured slower than a baseline is never the answer.
 
 The budget counts every kernel handed to the evaluator: the baselines, the script to refine,
 each distinct sampled script, and the final re-timing of the best beside the baselines, which
@@ -28,7 +31,9 @@ from typing import Any
 from codegen.measured import (
     UNTUNED,
     Baselines,
+    Comparison,
     Row,
+    compare,
     make_baselines,
     measure_beside,
     outcomes,
@@ -153,9 +158,31 @@ class OptimizeResult:
         return self.best is not None and again is not None and again.ok
 
     @property
+    def winner(self) -> str | None:
+        """The fastest kernel of the final re-timing: "best" (the best script) or a baseline's
+        name ("unscheduled", "default") when no script beat it; None when nothing was re-timed
+        correctly.  The best script wins only when strictly faster than every baseline."""
+        timed = {n: o.latency_s for n, o in self.final.items() if o is not None and o.ok}
+        if not timed:
+            return None
+        fastest = min(timed.values())
+        if timed.get("best") == fastest and all(
+                lat > fastest for n, lat in timed.items() if n != "best"):
+            return "best"
+        return min((n for n in timed if n != "best"), key=lambda n: timed[n])
+
+    @property
+    def best_script(self) -> str | None:
+        """The answer as a script: the best script when it won the final re-timing, else None
+        (a baseline won: keep it)."""
+        return self.best.script if self.winner == "best" and self.best is not None else None
+
+    @property
     def improved(self) -> bool:
-        """The best script is one the model wrote, not the script it was given."""
-        return self.ok and self.best is not None and self.best.source == "sample"
+        """The best script is one the model wrote, not the script it was given, and it beat
+        the baselines."""
+        return self.best_script is not None and self.best is not None and \
+            self.best.source == "sample"
 
     @property
     def latency_s(self) -> float | None:
@@ -176,7 +203,13 @@ class OptimizeResult:
         return speedup(theirs.latency_s if theirs is not None and theirs.ok else None,
                        self.latency_s)
 
+    def comparison(self, baseline: str) -> Comparison | None:
+        """The best script beside ``baseline`` in the final re-timing, with the two timings'
+        spread (``codegen.measured.compare``); None unless both are correct."""
+        return compare(self.final.get(baseline), self.final.get("best"))
+
     def as_dict(self) -> dict[str, Any]:
+        comparisons = {name: self.comparison(name) for name in UNTUNED}
         return {"workload": self.workload, "target": self.target, "device": self.device,
                 "k": self.config.k, "rounds_asked": self.config.rounds,
                 "budget": self.config.budget, "measurements": self.measurements,
@@ -185,6 +218,8 @@ class OptimizeResult:
                 "best": self.best.as_dict() if self.best else None,
                 "latency_s": self.latency_s,
                 "speedup": {name: self.speedup(name) for name in UNTUNED},
+                "comparison": {n: c.as_dict() if c else None for n, c in comparisons.items()},
+                "winner": self.winner, "best_script": self.best_script,
                 "final": {name: o.as_dict() for name, o in self.final.items()},
                 "baselines": [b.as_dict() for b in self.start.baselines],
                 "rounds": [r.as_dict() for r in self.rounds],

@@ -10,8 +10,9 @@ and the model measured end to end against MetaSchedule at the same number of mea
    remainders, so the shares add up to the budget exactly); without a budget each task gets
    ``k x (rounds + 1)`` samples.
 3. **Tasks.** ``optimize()`` per task, its share as its budget.
-4. **Database.** Each task with a correct best script that beat the unscheduled kernel when
-   re-timed beside it (``only_faster``; a slower one would slow the model down): its trace,
+4. **Database.** Each task whose best script won its final re-timing, faster than the
+   unscheduled kernel and the default (``OptimizeResult.winner``, ``only_faster``; a slower one
+   would slow the model down, and a task without a record keeps the default build): its trace,
    with the re-timed latency, in a MetaSchedule JSON database (``codegen.search.database``).
 5. **MetaSchedule at equal measurements.** ``codegen.search.rival_search`` per task, with as
    many trials as our optimize measured for that task, into a database of its own.
@@ -54,7 +55,8 @@ class ModelOptimizeConfig:
                 "dragon spent on it, and measure that build end to end."})
     only_faster: bool = field(default=True, metadata={
         "help": "Write a task's schedule to the database only when it beat the unscheduled "
-                "kernel when both were re-timed together; the others keep the default build."})
+                "kernel and the default when re-timed beside them; the others keep the "
+                "default build."})
     population: int = field(default=512, metadata={
         "help": "Population of MetaSchedule's evolutionary search (the comparison)."})
 
@@ -87,7 +89,8 @@ class TaskResult:
         return {"spec": self.spec, "name": self.name, "weight": self.weight,
                 "budget": self.budget, "unscheduled_s": self.unscheduled_s,
                 "best_s": r.latency_s, "speedup": r.speedup("unscheduled"),
-                "measurements": r.measurements, "ok": r.ok, "in_database": self.in_database,
+                "measurements": r.measurements, "ok": r.ok, "winner": r.winner,
+                "in_database": self.in_database,
                 "script": r.best.script if r.ok and r.best else None,
                 "metaschedule_trials": self.metaschedule_trials,
                 "metaschedule_best_s": self.metaschedule_best_s}
@@ -198,7 +201,7 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
         results.append(TaskResult(task.spec, task.name, task.weight, budget, result))
     records = []
     for i, (task, r) in enumerate(zip(tasks, results, strict=True)):
-        faster = (r.result.speedup("unscheduled") or 0) > 1
+        faster = r.result.winner == "best"  # beat every baseline when re-timed
         if r.result.ok and r.result.best is not None and (faster or not model_config.only_faster):
             again = r.result.final["best"]
             records.append(DatabaseRecord(task.workload, r.result.best.script,
