@@ -103,21 +103,19 @@ def _failure(status: Status, stage: str, exc: BaseException) -> Failed:
 
 def _apply(job: ApplyJob | BuildJob, mod):
     """The scheduled module, or the Failed that says why the script does not give one."""
-    try:
-        return apply(job.script, mod, job.target)
-    except DslSyntaxError as exc:
-        return _failure(Status.PARSE_ERROR, "parse", exc)
-    except DragonError as exc:
-        _forget_workloads()
-        return _failure(Status.APPLY_ERROR, "apply", exc)
-    except BaseException:
-        _forget_workloads()
-        raise
+    return _applying(lambda: apply(job.script, mod, job.target))
 
 
 def _apply_stepwise(job: ApplyJob, mod) -> Applied | Failed:
+    return _applying(lambda: Applied(apply_script(job.script, mod, as_target(job.target))
+                                     .sch.mod.script()))
+
+
+def _applying(step):
+    """``step()``, with a script's errors as the Failed they stand for; the cached workloads
+    are forgotten after any failure to apply (see ``_forget_workloads``)."""
     try:
-        live = apply_script(job.script, mod, as_target(job.target))
+        return step()
     except DslSyntaxError as exc:
         return _failure(Status.PARSE_ERROR, "parse", exc)
     except DragonError as exc:
@@ -126,7 +124,6 @@ def _apply_stepwise(job: ApplyJob, mod) -> Applied | Failed:
     except BaseException:
         _forget_workloads()
         raise
-    return Applied(live.sch.mod.script())
 
 
 def build_job(job: BuildJob) -> Built | Failed:
