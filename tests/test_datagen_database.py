@@ -322,3 +322,12 @@ def test_dragon_datagen_from_database_writes_datasets(tuned, tmp_path, dragon_cm
     assert again.returncode == 0 and "0 records imported" in again.stderr, again.stderr
     other = dragon_cmd(cmd + ["--as-is"])
     assert other.returncode == 2 and "other settings" in other.stderr
+    # --as-is into a folder of its own: MetaSchedule's latencies taken, records unverified.
+    as_is = str(tmp_path / "as-is")
+    taken = dragon_cmd(["datagen", "--from-database", tuned, "--out", as_is, "--quiet",
+                        "--as-is", "--workload", SPEC])
+    assert taken.returncode == 0, taken.stderr
+    unverified = list(RecordStore(as_is).all_records())
+    assert len(unverified) == len(records)
+    assert not any(r.verified for r in unverified)
+    assert any(r.correct for r in unverified)
