@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.datagen.examples import ExampleConfig, Examples, build_examples
 from training.datagen.records import RecordStore
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["BuildReport", "build_datasets"]
 
@@ -61,7 +64,8 @@ def _generation(out: str) -> dict[str, Any]:
 
 
 def build_datasets(out: str, config: ExampleConfig | None = None, *,
-                   tokenizer: Any = None, progress: bool = False) -> BuildReport:
+                   tokenizer: PreTrainedTokenizerBase | None = None,
+                   progress: bool = False) -> BuildReport:
     """Build the construction and refinement datasets of ``out`` and write them, the records
     file and the card."""
     from training.datagen.card import write_card

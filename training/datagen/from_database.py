@@ -42,11 +42,15 @@ import os
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.datagen.records import DataError, Record, TaskSummary
 from training.datagen.runner import DATABASE_FILES
 from training.datagen.tasks import family_of
+
+if TYPE_CHECKING:
+    from codegen.measure import Evaluator
+    from codegen.targets import TargetLike
 
 __all__ = ["DatabaseGroup", "DatabasePair", "database_records", "find_databases"]
 
@@ -116,7 +120,8 @@ def find_databases(path: str) -> list[DatabasePair]:
     return pairs
 
 
-def database_records(path: str, *, measure: Any = None, target: Any = None,
+def database_records(path: str, *, measure: Evaluator | None = None,
+                     target: TargetLike | None = None,
                      specs: Iterable[str] = (), skip: Collection[str] = (),
                      progress: Callable[[str], None] | None = None) -> Iterator[DatabaseGroup]:
     """The records of every database in ``path``, one ``DatabaseGroup`` per workload and
@@ -307,7 +312,7 @@ def _workload(group: _Group, named: dict[str, Any]):
     return type(wl)(label, wl.mod), "database"
 
 
-def _mode(measure: Any) -> str:
+def _mode(measure: Evaluator) -> str:
     if measure is None:
         return "as-is"
     return f"measured:{measure.target_json}:{measure.device}"
@@ -322,7 +327,7 @@ def _key(pair: DatabasePair, group: _Group, mode: str, family: str) -> str:
 
 # ---- records --------------------------------------------------------------------------------
 
-def _records(group: _Group, wl, family: str, measure: Any) -> list[Record]:
+def _records(group: _Group, wl, family: str, measure: Evaluator) -> list[Record]:
     from codegen.measure.outcomes import Outcome, Status
     from codegen.targets import default_rules, postproc_set, target_dict
     from training.prompts.templates import target_name

@@ -15,7 +15,7 @@ import socket
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codegen.measure import Evaluator, MeasureConfig
 from codegen.search.tune import search
@@ -23,6 +23,9 @@ from codegen.targets import as_target, target_dict
 from training.datagen.records import Record, TaskSummary
 from training.datagen.tasks import Task, family_of
 from training.prompts.templates import target_name
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
 
 __all__ = ["RunnerSettings", "TaskResult", "TaskRunner", "database_files"]
 
@@ -87,7 +90,7 @@ class TaskRunner:
         self.settings = settings or RunnerSettings()
         self._evaluators: dict[str, Evaluator] = {}
 
-    def evaluator(self, target: Any) -> Evaluator:
+    def evaluator(self, target: TargetLike) -> Evaluator:
         import json
 
         key = json.dumps(target_dict(as_target(target)), sort_keys=True)

@@ -16,7 +16,11 @@ True
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["Generator", "LocalModel", "create", "is_http"]
 
@@ -27,7 +31,7 @@ class Generator(Protocol):
     name: str
     source: str
 
-    def generate(self, prompt: str, workload: Any, target: Any, config: Any,
+    def generate(self, prompt: str, workload: WorkloadLike, target: TargetLike, config: Any,
                  seed: int) -> list[dict[str, Any]]:
         """``config.attempts`` samples for ``prompt`` (``config``: an ``EvalConfig``)."""
         ...
@@ -60,7 +64,7 @@ class LocalModel:
         self.name, self.source = name, str(model_dir(path))
         self._loaded: tuple[Any, Any] | None = None
 
-    def generate(self, prompt: str, workload: Any, target: Any, config: Any,
+    def generate(self, prompt: str, workload: WorkloadLike, target: TargetLike, config: Any,
                  seed: int) -> list[dict[str, Any]]:
         from training.sampling import load
         from training.sampling.schedule_aware import sample_schedule_aware

@@ -26,9 +26,13 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.evaluate.errors import EvalError
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["GRAMMAR_MODES", "HttpModel", "HttpSpec", "parse_spec"]
 
@@ -131,7 +135,7 @@ class HttpModel:
             place[last] = _grammar(fmt)
         return body
 
-    def generate(self, prompt: str, workload: Any, target: Any, config: Any,
+    def generate(self, prompt: str, workload: WorkloadLike, target: TargetLike, config: Any,
                  seed: int) -> list[dict[str, Any]]:
         from training.prompts.templates import split_completion
 

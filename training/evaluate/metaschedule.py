@@ -13,7 +13,12 @@ the workload from scratch whatever the start script.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from codegen.measure import Evaluator
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["NAME", "describe", "search_attempts"]
 
@@ -28,7 +33,8 @@ def describe(population: int) -> str:
             f"{population}, trials = attempts")
 
 
-def search_attempts(workload: Any, spec: str, target: Any, evaluator: Any, attempts: int,
+def search_attempts(workload: WorkloadLike, spec: str, target: TargetLike, evaluator: Evaluator,
+                    attempts: int,
                     seed: int, population: int) -> dict[str, Any]:
     """One search of ``workload`` with ``attempts`` trials measured by ``evaluator``
     (``codegen.search.rival_search``): its candidates in the order measured (``script`` None: a

@@ -34,13 +34,17 @@ import re
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codegen.measure.config import MeasureConfig
 from training.evaluate import metaschedule
 from training.evaluate.errors import EvalError
 from training.evaluate.tasks import KINDS, EvalTask, load_tasks
 from training.sampling.config import SamplingConfig
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["EvalConfig", "EvalError", "run_eval"]
 
@@ -187,7 +191,8 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
     write_atomic(str(path), json.dumps(manifest, indent=1) + "\n")
 
 
-def measure_references(task: EvalTask, workload: Any, evaluator: Any) -> dict[str, Any]:
+def measure_references(task: EvalTask, workload: WorkloadLike, evaluator: Evaluator) -> dict[str,
+                       Any]:
     """The task's reference latencies (seconds; None when one does not run correctly)."""
     from codegen.search.baselines import unscheduled
 
@@ -203,7 +208,8 @@ def measure_references(task: EvalTask, workload: Any, evaluator: Any) -> dict[st
 
 
 def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
-             target: Any = None, config: EvalConfig | None = None, evaluator: Any = None,
+             target: TargetLike | None = None, config: EvalConfig | None = None,
+             evaluator: Evaluator | None = None,
              progress: bool = True) -> dict[str, Any]:
     """Evaluate ``models`` (name -> a local model or SFT/RL run directory, or an
     OpenAI-compatible endpoint ``http://host:port/v1#served-model``: ``generate.create``) on the

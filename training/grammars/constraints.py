@@ -26,11 +26,15 @@ nothing, and a rule that is gone or changed shape raises ``GrammarError`` naming
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dragon_dsl.grammar import Grammar
 from dragon_dsl.statements import STATEMENTS
 from training.grammars.layout import canonical_lines, canonical_spacing
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["MAX_FACTORS", "annotation_keys", "annotation_values", "categorical_lists",
            "expand_ranges", "kernel_loops", "sampling_grammar", "with_end_marker",
@@ -40,7 +44,7 @@ TILE_LENGTHS = (2, 3, 4, 5)
 _DERIVED = re.compile(r"^[lbv][0-9]+$")
 
 
-def kernel_loops(workload: Any) -> tuple[list[str], dict[str, set[int]]]:
+def kernel_loops(workload: WorkloadLike) -> tuple[list[str], dict[str, set[int]]]:
     """The kernel's block names, and each loop name with the extents it has in some block."""
     from codegen.workloads.inspect import blocks as kernel_blocks
 
@@ -52,7 +56,7 @@ def kernel_loops(workload: Any) -> tuple[list[str], dict[str, set[int]]]:
     return blocks, loops
 
 
-def categorical_lists(workload: Any, target: Any = "llvm",
+def categorical_lists(workload: WorkloadLike, target: TargetLike = "llvm",
                       rules: str | None = None) -> tuple[tuple[int, ...], ...] | None:
     """The candidate lists MetaSchedule draws categorical decisions from for ``workload`` on
     ``target`` under the rule set ``rules`` (``codegen.targets.RULE_SETS``; None: the target's
@@ -85,7 +89,7 @@ def categorical_lists(workload: Any, target: Any = "llvm",
     return tuple(dict.fromkeys(lists))
 
 
-def annotation_values(workload: Any, target: Any = "llvm",
+def annotation_values(workload: WorkloadLike, target: TargetLike = "llvm",
                       rules: str | None = None) -> dict[str, tuple[str, ...]] | None:
     """For each annotation key MetaSchedule's rules write for ``workload`` on ``target``, the
     values they write, as a script spells them (``32``, ``"SSRSRS"``; ``var`` stands for a
@@ -124,7 +128,7 @@ def annotation_values(workload: Any, target: Any = "llvm",
     return {k: tuple(dict.fromkeys(v)) for k, v in values.items()}
 
 
-def annotation_keys(workload: Any, target: Any = "llvm",
+def annotation_keys(workload: WorkloadLike, target: TargetLike = "llvm",
                     rules: str | None = None) -> tuple[str, ...] | None:
     """The annotation keys MetaSchedule's rules write for ``workload`` on ``target`` (before
     postprocessing), as a script spells them (``tiling_structure``, ``unroll_explicit``); read
@@ -372,7 +376,8 @@ _BLOCK = '"block" STRING opt_func? "->" name'
 _CATEGORICAL = '"sample_categorical" int_list INT opt_probs? "->" name'
 
 
-def workload_grammar(workload: Any, target: Any = "llvm", rules: str | None = None) -> str:
+def workload_grammar(workload: WorkloadLike, target: TargetLike = "llvm",
+                     rules: str | None = None) -> str:
     """The grammar narrowed to ``workload``'s blocks, loops and extents, and to the categorical
     candidates MetaSchedule offers for it on ``target`` under ``rules`` (``categorical_lists``;
     None: the target's default rule set), as llguidance Lark.

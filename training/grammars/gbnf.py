@@ -30,10 +30,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dragon_dsl.errors import GrammarError
 from dragon_dsl.grammar import Definition, Grammar
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["FORMATS", "lark_to_gbnf", "sampling_grammar_as"]
 
@@ -41,7 +45,7 @@ _USER = "training.grammars.gbnf"
 FORMATS = ("lark", "gbnf")
 
 
-def sampling_grammar_as(fmt: str, workload: Any = None, target: Any = "llvm",
+def sampling_grammar_as(fmt: str, workload: WorkloadLike | None = None, target: TargetLike = "llvm",
                         rules: str | None = None, *, end_marker: bool = True) -> str:
     """The sampling grammar (``workload``'s with a workload) as a server reads it: ``fmt``
     ``"lark"`` (llguidance) or ``"gbnf"``; with ``end_marker`` a script may end with ``<end>``

@@ -30,12 +30,16 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codegen.measured import speedup
 from training.optimize.budget import check_fits, split_budget, start_cost
 from training.optimize.kernel import OptimizeConfig, OptimizeResult
 from training.sampling.config import SamplingConfig
+
+if TYPE_CHECKING:
+    from codegen.measure import Evaluator, MeasureConfig
+    from codegen.targets import TargetLike
 
 __all__ = ["END_TO_END", "ModelOptimizeConfig", "ModelResult", "TaskResult", "optimize_model"]
 
@@ -133,7 +137,7 @@ class ModelResult:
                                for n, e in self.end_to_end.items()}}
 
 
-def _write(database: str, records: list, target: Any) -> None:
+def _write(database: str, records: list, target: TargetLike) -> None:
     """The database in directory ``database``, replacing what a run before left there."""
     from codegen.search.database import write_database
     from dragon_dsl.files import replace_dir
@@ -153,9 +157,9 @@ def _metaschedule(task, target, evaluator, trials: int, population: int,
 
 
 def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
-                   database: str, evaluator: Any, config: OptimizeConfig | None = None,
+                   database: str, evaluator: Evaluator, config: OptimizeConfig | None = None,
                    model_config: ModelOptimizeConfig | None = None,
-                   sampling: SamplingConfig | None = None, measure: Any = None,
+                   sampling: SamplingConfig | None = None, measure: MeasureConfig | None = None,
                    progress: bool = False, say=None, loader=None) -> ModelResult:
     """Optimize every task of ``mod`` (``tasks``: ``codegen.workloads.models.ModelTask``s) on
     ``evaluator``'s target and measure the model end to end (see the module's docstring).

@@ -33,7 +33,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["describe", "token_counts", "tvmscript"]
 
@@ -57,7 +60,7 @@ _ITER_KINDS = {0: "S", 2: "R"}  # IterVar.DataPar, IterVar.CommReduce
 _FOR_KINDS = {1: "parallel", 2: "vectorized", 3: "unrolled", 4: "thread_binding"}
 
 
-def describe(workload: Any) -> str:
+def describe(workload: WorkloadLike) -> str:
     """The compact description of a workload's ``main``.
 
     ``workload`` is a Workload, IRModule, PrimFunc, spec or TVMScript path.
@@ -96,7 +99,7 @@ def describe(workload: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tvmscript(workload: Any) -> str:
+def tvmscript(workload: WorkloadLike) -> str:
     """The module's TVMScript without the import comments the printer puts first.
 
     >>> tvmscript("matmul(m=8,n=8,k=4)").splitlines()[0]
@@ -134,7 +137,7 @@ def token_counts(specs: Iterable[str]) -> list[dict[str, Any]]:
 
 # ---- the module and its names ----------------------------------------------------------------
 
-def _module(workload: Any):
+def _module(workload: WorkloadLike):
     if isinstance(workload, str | os.PathLike):
         from codegen.workloads import workload as build
 

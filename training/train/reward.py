@@ -27,10 +27,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codegen.measure import Evaluator, MeasureConfig, Outcome, Status
 from codegen.measured import speedup as speedup_of
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["RewardConfig", "Rewarder", "Scored", "score"]
 
@@ -140,7 +144,7 @@ class Rewarder:
     default to new ones for ``target``; ``close`` ends what this object started.
     """
 
-    def __init__(self, target: Any = "llvm", config: RewardConfig | None = None, *,
+    def __init__(self, target: TargetLike = "llvm", config: RewardConfig | None = None, *,
                  measure: MeasureConfig | None = None, evaluator: Evaluator | None = None,
                  timer: Evaluator | None = None, **evaluator_options: Any) -> None:
         self.config = config or RewardConfig()
@@ -157,7 +161,7 @@ class Rewarder:
         self.evaluator, self.timer = evaluator, timer
         self.reports: list[GroupReport] = []
 
-    def reference(self, workload: Any, start_script: str | None) -> Outcome:
+    def reference(self, workload: WorkloadLike, start_script: str | None) -> Outcome:
         """The reference outcome, measured now: the unscheduled kernel, or the given script."""
         if start_script is not None:
             return self._timed(workload, start_script)
@@ -167,11 +171,11 @@ class Rewarder:
         measured = self.evaluator.evaluate_modules(workload, {"unscheduled": mod})
         return measured["unscheduled"]
 
-    def _timed(self, workload: Any, script: str) -> Outcome:
+    def _timed(self, workload: WorkloadLike, script: str) -> Outcome:
         """``script`` measured by the timer (no cache), else by the evaluator."""
         return ((self.timer or self.evaluator).evaluate(workload, [script]))[0]
 
-    def score_group(self, workload: Any, scripts: list[str],
+    def score_group(self, workload: WorkloadLike, scripts: list[str],
                     start_script: str | None = None) -> GroupReport:
         """The rewards of ``scripts`` (completions of one prompt) on ``workload``."""
         from dragon_dsl import format as canonical
@@ -250,7 +254,7 @@ class Rewarder:
         self.close()
 
 
-def _trace_key(script: str, workload: Any, target: Any) -> str | None:
+def _trace_key(script: str, workload: WorkloadLike, target: TargetLike) -> str | None:
     """The script's TVM trace JSON on the workload (None when it does not decode)."""
     import json
 

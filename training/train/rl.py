@@ -60,6 +60,8 @@ from training.train.run_dir import (
 from training.train.sft_config import deepspeed_path
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from training.sampling.rollout import ScheduleRollout
 
 __all__ = ["MeasuredReward", "RLResult", "build_grpo_trainer", "data_target", "load_prompts",
@@ -210,7 +212,8 @@ class _StepTimes(MetricsCallback):
         super().on_log(args, state, control, logs, **kwargs)
 
 
-def build_grpo_trainer(config: RLRunConfig, model: Any, tokenizer: Any, prompts: Any,
+def build_grpo_trainer(config: RLRunConfig, model: PreTrainedModel,
+                       tokenizer: PreTrainedTokenizerBase, prompts: Any,
                        reward: MeasuredReward, rollout: ScheduleRollout, *,
                        progress: bool = True) -> Any:
     """TRL's ``GRPOTrainer`` for ``config``, with ``rollout`` and ``reward``."""
@@ -276,7 +279,7 @@ def _summary(metrics: Path) -> dict[str, Any]:
 
 
 def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
-           evaluator: Any = None) -> RLResult:
+           evaluator: Evaluator | None = None) -> RLResult:
     """Train as ``config`` says, in ``config.out``; with ``resume``, continue from the newest
     checkpoint there.  ``evaluator`` (a ``codegen.measure.Evaluator``) measures the rewards;
     by default one for the target with the run's cache."""

@@ -25,7 +25,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.train.run_dir import (
     METRICS_FILE,
@@ -41,6 +41,9 @@ from training.train.run_dir import (
     write_result,
 )
 from training.train.sft_config import TINY, SFTRunConfig, deepspeed_path, resolve
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["RunError", "SFTResult", "build_trainer", "check_tokenizer", "last_checkpoint",
            "load_examples", "make_model", "make_tokenizer", "resumed_config", "run_sft"]
@@ -97,7 +100,7 @@ def load_examples(config: SFTRunConfig) -> dict[str, Any]:
     return {"train": train, "validation": validation}
 
 
-def check_tokenizer(tokenizer: Any, texts: list[str]) -> None:
+def check_tokenizer(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> None:
     """Raise ``RunError`` unless every text comes back byte for byte from its tokens."""
     for text in texts:
         back = tokenizer.decode(tokenizer(text, add_special_tokens=False).input_ids)
@@ -125,7 +128,7 @@ def make_tokenizer(config: SFTRunConfig, train: Any) -> Any:
     return tokenizer
 
 
-def make_model(config: SFTRunConfig, tokenizer: Any) -> Any:
+def make_model(config: SFTRunConfig, tokenizer: PreTrainedTokenizerBase) -> Any:
     """For ``tiny``, a Llama of the config's size with random weights (seeded); else the local
     model directory's weights (bf16 when ``config.bf16``)."""
     import torch
@@ -146,7 +149,8 @@ def make_model(config: SFTRunConfig, tokenizer: Any) -> Any:
     return AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True, dtype=dtype)
 
 
-def build_trainer(config: SFTRunConfig, model: Any, tokenizer: Any, data: dict[str, Any], *,
+def build_trainer(config: SFTRunConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                  data: dict[str, Any], *,
                   progress: bool = True) -> Any:
     """TRL's ``SFTTrainer`` for ``config`` (checkpoints and metrics in ``config.out``)."""
     from trl import SFTConfig, SFTTrainer
