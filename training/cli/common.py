@@ -8,9 +8,11 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+import dragon_dsl
 from codegen.measure.config import MeasureConfig
 from dragon_dsl.cli_kit import UsageError, add_config_arguments, read_source
 from dragon_dsl.configs import layered
+from training.models.builtin import DefaultModelMissing, default_model_dir
 
 __all__ = ["MEASURE_FLAGS", "add_measure_arguments", "load_model", "measure_from_args",
            "model_path", "script_to_refine"]
@@ -42,8 +44,6 @@ def measure_from_args(args: argparse.Namespace,
 def script_to_refine(path: str) -> str:
     """The script to refine; a UsageError (before any model is loaded) unless it is clean,
     naming the file, line and column of the first finding."""
-    import dragon_dsl
-
     text = read_source(path)
     found = dragon_dsl.check(text)
     if found:
@@ -56,7 +56,6 @@ def model_path(value: str | None) -> str:
     """The model directory ``--model`` names (a run directory's ``final/``); without
     ``--model``, the built-in model (``training.models.builtin``).  A UsageError when neither
     holds a model."""
-    from training.models.builtin import DefaultModelMissing, default_model_dir
     from training.train.run_dir import RunError, model_dir
 
     try:

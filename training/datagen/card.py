@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dragon_dsl.files import atomic_file, write_atomic
 from training.datagen.dataset import RECORDS_FILE, TASKS
 from training.datagen.examples import SPLITS, THIRDS, Examples
+from training.models.tokenizer import openai_tokenizer
 from training.prompts.templates import PROMPT_VERSION
 
 if TYPE_CHECKING:
@@ -81,8 +82,6 @@ def write_card(out: str, examples: Examples, *, tokenizer: PreTrainedTokenizerBa
     '/tmp/.../README.md'
     """
     if tokenizer is None:
-        from training.models.tokenizer import openai_tokenizer
-
         tokenizer, name = openai_tokenizer("cl100k_base"), "cl100k_base"
     else:
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__

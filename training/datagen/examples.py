@@ -54,6 +54,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import dragon_dsl
+from codegen.workloads import script_workload, workload
+from dragon_dsl.errors import DragonError
 from training.datagen.records import Record
 from training.prompts.templates import (
     PROMPT_VERSION,
@@ -206,8 +209,6 @@ def default_resolver() -> WorkloadResolver:
     def resolve(record: Record) -> Any:
         key = (record.workload, record.workload_script)
         if key not in cache:
-            from codegen.workloads import script_workload, workload
-
             cache[key] = (script_workload(record.workload_script, spec=record.workload)
                           if record.workload_script else workload(record.workload))
         return cache[key]
@@ -233,9 +234,6 @@ class _Checker:
 
 
 def _recheck(script: str, wl: WorkloadLike, target_json: str) -> str:
-    import dragon_dsl
-    from dragon_dsl.errors import DragonError
-
     try:
         if dragon_dsl.format(script) != script:
             return "script not canonical"

@@ -36,11 +36,23 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tqdm.auto import tqdm
+
+from codegen.measure import Evaluator
 from codegen.measure.config import MeasureConfig
+from codegen.measure.outcomes import Outcome, Status
+from codegen.search.baselines import unscheduled
+from codegen.workloads import workload as make_workload
+from dragon_dsl.files import write_atomic
 from training.evaluate import metaschedule
 from training.evaluate.errors import EvalError
+from training.evaluate.generate import create
+from training.evaluate.metrics import budget_curves, head_to_head, summarize
+from training.evaluate.report import write_report
 from training.evaluate.tasks import KINDS, EvalTask, load_tasks
+from training.prompts.templates import construction_prompt, refinement_prompt
 from training.sampling.config import SamplingConfig
+from training.train.run_dir import data_target
 
 if TYPE_CHECKING:
     from codegen.targets import TargetLike
@@ -132,8 +144,6 @@ class _Files:
         return self.path(model, task).is_file()
 
     def _write(self, model: str, task: EvalTask, text: str) -> None:
-        from dragon_dsl.files import write_atomic
-
         path = self.path(model, task)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(str(path), text)
@@ -186,7 +196,6 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
                 raise EvalError(f"{out}: model {name!r} was {path_}, now "
                                 f"{manifest['models'][name]}; {hint}")
         manifest = {**manifest, "models": {**held.get("models", {}), **manifest["models"]}}
-    from dragon_dsl.files import write_atomic
 
     write_atomic(str(path), json.dumps(manifest, indent=1) + "\n")
 
@@ -194,8 +203,6 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
 def measure_references(task: EvalTask, workload: WorkloadLike, evaluator: Evaluator) -> dict[str,
                        Any]:
     """The task's reference latencies (seconds; None when one does not run correctly)."""
-    from codegen.search.baselines import unscheduled
-
     refs: dict[str, Any] = {}
     base = evaluator.evaluate_modules(workload, {"u": unscheduled(workload, evaluator.target)})
     refs["unscheduled_s"] = base["u"].latency_s if base["u"].ok else None
@@ -214,13 +221,6 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     """Evaluate ``models`` (name -> a local model or SFT/RL run directory, or an
     OpenAI-compatible endpoint ``http://host:port/v1#served-model``: ``generate.create``) on the
     tasks of ``data``; returns the summary (also written to ``OUT/summary.json``)."""
-    from codegen.measure import Evaluator
-    from codegen.workloads import workload as make_workload
-    from training.evaluate.generate import create
-    from training.evaluate.metrics import budget_curves, head_to_head, summarize
-    from training.evaluate.report import write_report
-    from training.train.run_dir import data_target
-
     if not models:
         raise EvalError("name at least one model (NAME=PATH)")
     if metaschedule.NAME in models:
@@ -278,8 +278,6 @@ def _evaluate(todo, generators, tasks, evaluator, store, config, make_workload,
     """Generate, model by model (one in memory at a time), then measure task by task: the
     references and every model's attempts of a task in one batch, the models interleaved, so
     that no model is timed under other conditions than its rival or its baseline."""
-    from tqdm.auto import tqdm
-
     session = time.strftime("%Y-%m-%dT%H:%M:%S")
     workloads: dict[str, Any] = {}
 
@@ -346,8 +344,6 @@ def _evaluate(todo, generators, tasks, evaluator, store, config, make_workload,
 
 
 def _unwritten() -> Any:
-    from codegen.measure.outcomes import Outcome, Status
-
     return Outcome(Status.APPLY_ERROR, "encode",
                    "MetaSchedule's trace could not be written as a script")
 
@@ -372,9 +368,6 @@ class _Generated(_Files):
 
 def _generate(generator, tasks, start_s, generated, target, config, workload_of,
               progress) -> None:
-    from tqdm.auto import tqdm
-
-    from training.prompts.templates import construction_prompt, refinement_prompt
 
     name = generator.name
     for task in tqdm(tasks, desc=f"generate {name}", unit="task", disable=not progress):
@@ -402,9 +395,6 @@ class _Searches(_Files):
 
 def _search(tasks, generated, evaluator, config, workload_of, progress) -> None:
     """MetaSchedule's attempts at ``tasks``: one search per workload, ``attempts`` trials."""
-    from tqdm.auto import tqdm
-
-    from dragon_dsl.files import write_atomic
 
     searches = _Searches(generated.root.parent)
     first: dict[str, EvalTask] = {}

@@ -25,12 +25,18 @@ nothing, and a rule that is gone or changed shape raises ``GrammarError`` naming
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING
 
+from codegen.search import search_space
+from codegen.targets import default_rules
+from codegen.workloads.inspect import blocks as kernel_blocks
 from dragon_dsl.grammar import Grammar
+from dragon_dsl.printer import annotation_key_text
 from dragon_dsl.statements import STATEMENTS
 from training.grammars.layout import canonical_lines, canonical_spacing
+from training.prompts.templates import STOP
 
 if TYPE_CHECKING:
     from codegen.targets import TargetLike
@@ -46,8 +52,6 @@ _DERIVED = re.compile(r"^[lbv][0-9]+$")
 
 def kernel_loops(workload: WorkloadLike) -> tuple[list[str], dict[str, set[int]]]:
     """The kernel's block names, and each loop name with the extents it has in some block."""
-    from codegen.workloads.inspect import blocks as kernel_blocks
-
     blocks, loops = [], {}
     for block in kernel_blocks(workload):
         blocks.append(block.name)
@@ -77,9 +81,6 @@ def categorical_lists(workload: WorkloadLike, target: TargetLike = "llvm",
     >>> categorical_lists(workload("matmul(m=16,n=16,k=16)"))
     ((0, 16, 64, 512),)
     """
-    from codegen.search import search_space
-    from codegen.targets import default_rules
-
     try:
         space = search_space(workload.mod, target, rules or default_rules(target))
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
@@ -96,13 +97,8 @@ def annotation_values(workload: WorkloadLike, target: TargetLike = "llvm",
     sampled variable), read from the design spaces' ``Annotate`` instructions.  Schedule-aware
     sampling admits only these: an arbitrary ``vectorize=999999`` makes MetaSchedule's own
     postprocessors exhaust the memory.  None when no design space can be generated."""
-    import json
-
     import tvm
 
-    from codegen.search import search_space
-    from codegen.targets import default_rules
-    from dragon_dsl.printer import annotation_key_text
 
     try:
         space = search_space(workload.mod, target, rules or default_rules(target))
@@ -139,10 +135,6 @@ def annotation_keys(workload: WorkloadLike, target: TargetLike = "llvm",
     >>> annotation_keys(workload("matmul(m=16,n=16,k=16)"))
     ('tiling_structure', 'parallel', 'vectorize', 'unroll_explicit')
     """
-    from codegen.search import search_space
-    from codegen.targets import default_rules
-    from dragon_dsl.printer import annotation_key_text
-
     try:
         space = search_space(workload.mod, target, rules or default_rules(target))
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
@@ -243,8 +235,6 @@ def with_end_marker(text: str, stop: str | None = None) -> str:
     >>> Grammar.parse(with_end_marker(sampling_grammar())).body("start").endswith('"<end>"?')
     True
     """
-    from training.prompts.templates import STOP
-
     g = Grammar.parse(text, user=_USER)
     g.replace("start", f"{g.body('start', 'the end marker after a script')} "
                        f"{_literal(STOP if stop is None else stop)}?")

@@ -32,9 +32,12 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from codegen.measured import speedup
+from codegen.measured import make_baselines, speedup
+from codegen.search.database import DatabaseRecord, write_database
+from codegen.search.rival import rival_search
+from dragon_dsl.files import replace_dir
 from training.optimize.budget import check_fits, split_budget, start_cost
-from training.optimize.kernel import OptimizeConfig, OptimizeResult
+from training.optimize.kernel import OptimizeConfig, OptimizeResult, measure_start, optimize
 from training.sampling.config import SamplingConfig
 
 if TYPE_CHECKING:
@@ -139,9 +142,6 @@ class ModelResult:
 
 def _write(database: str, records: list, target: TargetLike) -> None:
     """The database in directory ``database``, replacing what a run before left there."""
-    from codegen.search.database import write_database
-    from dragon_dsl.files import replace_dir
-
     with replace_dir(database) as tmp:
         write_database(tmp, records, target)
 
@@ -149,8 +149,6 @@ def _write(database: str, records: list, target: TargetLike) -> None:
 def _metaschedule(task, target, evaluator, trials: int, population: int,
                   work_dir: str) -> float | None:
     """MetaSchedule's search on one task, ``trials`` candidates; its best correct latency."""
-    from codegen.search.rival import rival_search
-
     best = rival_search(task.workload, target, evaluator, trials, population=population,
                         per_round=min(16, trials), work_dir=work_dir).best
     return None if best is None else float(best.outcome.latency_s)
@@ -167,10 +165,7 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
     None with ``loader``, a function that returns both, called once the starts are measured
     (loading a model takes seconds a usage error should not wait for).  ``say(text)`` hears
     each step."""
-    from codegen.measured import make_baselines
     from codegen.model_build import measure_models
-    from codegen.search.database import DatabaseRecord
-    from training.optimize.kernel import measure_start, optimize
 
     clock = time.perf_counter()
     config = config or OptimizeConfig()

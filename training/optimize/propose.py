@@ -11,11 +11,15 @@ reward are built on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dragon_dsl.errors import DragonError
+from training.grammars.constraints import workload_grammar
+from training.prompts.templates import construction_prompt, refinement_prompt
+from training.sampling import sample
 from training.sampling.config import Sample, SamplingConfig
+from training.sampling.schedule_aware import sample_schedule_aware
 
 if TYPE_CHECKING:
     from codegen.measure import Evaluator
@@ -57,8 +61,6 @@ def prompt_for(workload: WorkloadLike, target: TargetLike = "llvm", *, refine: s
                latency_s: float | None = None, evaluator: Evaluator | None = None) -> str:
     """The construction prompt, or with ``refine`` the refinement prompt.  The script to refine
     is measured with ``evaluator`` when ``latency_s`` is not given; it must be correct."""
-    from training.prompts.templates import construction_prompt, refinement_prompt
-
     if refine is None:
         return construction_prompt(workload, target)
     if latency_s is None:
@@ -85,9 +87,6 @@ def propose(model, tokenizer, workload: WorkloadLike, target: TargetLike = "llvm
     """Sample ``config.n`` scripts for ``workload`` under ``grammar`` (one of ``GRAMMARS``)
     and, when ``evaluator`` (a ``codegen.measure.Evaluator``) is given, build, verify and time
     each one on it."""
-    from dataclasses import replace
-
-    from training.sampling import sample
 
     if grammar not in GRAMMARS:
         raise ValueError(f"Expected one of {GRAMMARS} but got grammar={grammar!r}")
@@ -95,13 +94,9 @@ def propose(model, tokenizer, workload: WorkloadLike, target: TargetLike = "llvm
                         evaluator=evaluator)
     config = config or SamplingConfig()
     if grammar == "schedule":
-        from training.sampling.schedule_aware import sample_schedule_aware
-
         samples = sample_schedule_aware(model, tokenizer, prompt, workload, target, config)
         return _measured(samples, workload, evaluator)
     if grammar == "workload":
-        from training.grammars.constraints import workload_grammar
-
         config = replace(config, constrained=True,
                          grammar=workload_grammar(workload, target))
     else:

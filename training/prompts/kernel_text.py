@@ -35,6 +35,10 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from codegen.targets import as_module
+from codegen.workloads import inspect, workload
+from codegen.workloads import workload as build
+
 if TYPE_CHECKING:
     from codegen.workloads.workload import WorkloadLike
 
@@ -75,8 +79,6 @@ def describe(workload: WorkloadLike) -> str:
       init C[i, j] = 0
       C[i, j] += A[i, k] * B[k, j]
     """
-    from codegen.workloads import inspect
-
     func = inspect.main_func(_module(workload))
     root = inspect.root_block(func)
     if root is None:  # no root block (a plain TIR function): TVMScript says it best
@@ -122,7 +124,6 @@ def token_counts(specs: Iterable[str]) -> list[dict[str, Any]]:
     """
     from bpe_openai import get_encoding
 
-    from codegen.workloads import workload
 
     encoding = get_encoding("cl100k_base")
     rows = []
@@ -139,10 +140,7 @@ def token_counts(specs: Iterable[str]) -> list[dict[str, Any]]:
 
 def _module(workload: WorkloadLike):
     if isinstance(workload, str | os.PathLike):
-        from codegen.workloads import workload as build
-
         workload = build(workload)
-    from codegen.targets import as_module
 
     return as_module(workload)
 

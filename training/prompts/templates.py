@@ -35,6 +35,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from codegen.targets import as_target
 from dragon_dsl.errors import DragonError
 from training.prompts.kernel_text import describe, tvmscript
 
@@ -220,7 +221,6 @@ def target_name(target: TargetLike) -> str:
     """
     if isinstance(target, str) and target in _SHORT_TARGETS:
         return target
-    from codegen.targets import as_target
 
     return str(as_target(target).kind.name)
 

@@ -25,12 +25,19 @@ between the two timings is reported as the group's noise.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from codegen.measure import Evaluator, MeasureConfig, Outcome, Status
 from codegen.measured import speedup as speedup_of
+from codegen.search.baselines import unscheduled
+from codegen.workloads import workload as make_workload
+from dragon_dsl import format as canonical
+from dragon_dsl import to_tvm_json
+from dragon_dsl.errors import DragonError
+from training.prompts.templates import split_completion
 
 if TYPE_CHECKING:
     from codegen.targets import TargetLike
@@ -165,7 +172,6 @@ class Rewarder:
         """The reference outcome, measured now: the unscheduled kernel, or the given script."""
         if start_script is not None:
             return self._timed(workload, start_script)
-        from codegen.search.baselines import unscheduled
 
         mod = unscheduled(workload, self.evaluator.target)
         measured = self.evaluator.evaluate_modules(workload, {"unscheduled": mod})
@@ -178,9 +184,6 @@ class Rewarder:
     def score_group(self, workload: WorkloadLike, scripts: list[str],
                     start_script: str | None = None) -> GroupReport:
         """The rewards of ``scripts`` (completions of one prompt) on ``workload``."""
-        from dragon_dsl import format as canonical
-        from dragon_dsl.errors import DragonError
-
         outcomes = self.evaluator.evaluate(workload, scripts)
         reference = self.reference(workload, start_script)
         report = GroupReport(reference.latency_s if reference.ok else None, [],
@@ -224,9 +227,6 @@ class Rewarder:
                  start_script: list[str | None] | None = None, **_: Any) -> list[float]:
         """TRL's reward-function signature: dataset columns arrive as lists beside the
         completions; consecutive completions of one prompt form a group."""
-        from codegen.workloads import workload as make_workload
-        from training.prompts.templates import split_completion
-
         starts = start_script or [None] * len(completions)
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
         scripts = [split_completion(t, require_end=False) for t in texts]
@@ -256,10 +256,6 @@ class Rewarder:
 
 def _trace_key(script: str, workload: WorkloadLike, target: TargetLike) -> str | None:
     """The script's TVM trace JSON on the workload (None when it does not decode)."""
-    import json
-
-    from dragon_dsl import to_tvm_json
-    from dragon_dsl.errors import DragonError
 
     try:
         return json.dumps(to_tvm_json(script, workload=workload, target=target), sort_keys=True)

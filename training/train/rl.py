@@ -41,7 +41,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from codegen.measure import Evaluator
+from codegen.workloads import workload
+from training.sampling.rollout import ScheduleRollout
 from training.train.grpo_config import RLRunConfig, resolve_rl
+from training.train.reward import RewardConfig, Rewarder
 from training.train.run_dir import (
     METRICS_FILE,
     MetricsCallback,
@@ -135,8 +139,6 @@ def _interleave(groups: list[list[dict]]) -> list[list[dict]]:
 def workload_of(specs: dict[str, str]) -> Callable[[str], Any]:
     """Prompt -> its workload, from ``specs`` (prompt -> workload spec); each spec is made
     once, since the prompts of one kernel share it."""
-    from codegen.workloads import workload
-
     make = functools.cache(workload)
     return lambda prompt: make(specs[prompt])
 
@@ -302,9 +304,6 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
-    from codegen.measure import Evaluator
-    from training.sampling.rollout import ScheduleRollout
-    from training.train.reward import RewardConfig, Rewarder
 
     set_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from dragon_dsl.errors import DragonError
 from dragon_dsl.files import write_atomic
 from training.train.sft_config import config_dict
@@ -73,8 +75,6 @@ def start_run(run: Path, *, resume: bool) -> str | None:
 
 def write_config(config: Any, run: Path) -> None:
     """``RUN/config.yaml``: the config's fields, written through a temporary file."""
-    import yaml
-
     text = yaml.safe_dump(config_dict(config), sort_keys=False)
     write_atomic(run / CONFIG_FILE, text)
 

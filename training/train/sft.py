@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from training.models.tokenizer import tiny_model, train_tokenizer
 from training.train.run_dir import (
     METRICS_FILE,
     RunError,
@@ -116,8 +117,6 @@ def make_tokenizer(config: SFTRunConfig, train: Any) -> Any:
     """For ``tiny``, a byte-level BPE trained on the train split's prompts and completions;
     else the model directory's own tokenizer."""
     if config.model == TINY:
-        from training.models.tokenizer import train_tokenizer
-
         texts = list(train["prompt"]) + list(train["completion"])
         return train_tokenizer(texts, config.vocab_size, config.min_frequency)
     from transformers import AutoTokenizer
@@ -134,8 +133,6 @@ def make_model(config: SFTRunConfig, tokenizer: PreTrainedTokenizerBase) -> Any:
     import torch
 
     if config.model == TINY:
-        from training.models.tokenizer import tiny_model
-
         torch.manual_seed(config.seed)
         model = tiny_model(tokenizer, hidden_size=config.hidden_size,
                            intermediate_size=4 * config.hidden_size,
