@@ -12,7 +12,6 @@ import dragon_dsl
 from codegen.measure.config import MeasureConfig
 from dragon_dsl.cli_kit import UsageError, add_config_arguments, read_source
 from dragon_dsl.configs import layered
-from training.models.builtin import DefaultModelMissing, default_model_dir
 
 __all__ = ["MEASURE_FLAGS", "add_measure_arguments", "load_model", "measure_from_args",
            "model_path", "script_to_refine"]
@@ -56,6 +55,7 @@ def model_path(value: str | None) -> str:
     """The model directory ``--model`` names (a run directory's ``final/``); without
     ``--model``, the built-in model (``training.models.builtin``).  A UsageError when neither
     holds a model."""
+    from training.models.builtin import DefaultModelMissing, default_model_dir
     from training.train.run_dir import RunError, model_dir
 
     try:

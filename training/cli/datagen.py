@@ -36,14 +36,8 @@ from dragon_dsl.cli_kit import (
 )
 from dragon_dsl.configs import layered
 from training.cli.common import add_measure_arguments, measure_from_args
-from training.datagen.build import build_datasets
 from training.datagen.examples import ExampleConfig
-from training.datagen.from_database import database_records
-from training.datagen.generate import check_manifest, generate
-from training.datagen.pool import LocalPool
-from training.datagen.ray_pool import RayPool
 from training.datagen.records import DataError, RecordStore
-from training.datagen.runner import RunnerSettings
 from training.datagen.tasks import PRESETS, tasks_for
 
 __all__ = ["register"]
@@ -100,6 +94,9 @@ def _rpc(args) -> dict[str, str] | None:
 
 
 def _pool(args, settings):
+    from training.datagen.pool import LocalPool
+    from training.datagen.ray_pool import RayPool
+
     if args.workers < 1:
         raise UsageError(f"Expected --workers >= 1 but got --workers {args.workers}")
     if args.ray_address:
@@ -109,6 +106,9 @@ def _pool(args, settings):
 
 
 def cmd_datagen(args) -> int:
+    from training.datagen.generate import generate
+    from training.datagen.runner import RunnerSettings
+
     out = args.out
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"{out} exists and is not a directory")
@@ -152,6 +152,8 @@ def _example_config(args, holdout: list[str]):
 
 
 def _build(args, out: str, holdout: list[str]) -> None:
+    from training.datagen.build import build_datasets
+
     report = build_datasets(out, _example_config(args, holdout), progress=not args.quiet)
     print(report, file=sys.stderr)
     if args.json:
@@ -161,6 +163,9 @@ def _build(args, out: str, holdout: list[str]) -> None:
 def _from_database(args) -> int:
     """Import a MetaSchedule database: one committed task per workload, re-measured unless
     ``--as-is``."""
+    from training.datagen.from_database import database_records
+    from training.datagen.generate import check_manifest
+
     out = args.out
     source = os.path.abspath(args.from_database)
     if not os.path.exists(source):

@@ -21,12 +21,13 @@ from codegen.cli.workloads import cli_workload
 from codegen.targets import RULE_SETS
 from dragon_dsl.cli_kit import ExitCode, UsageError, examples, parse_target
 from dragon_dsl.files import write_atomic
-from training.grammars.gbnf import sampling_grammar_as
 
 __all__ = ["register"]
 
 
 def cmd_grammar(args) -> int:
+    from training.grammars.gbnf import sampling_grammar_as
+
     target = parse_target(args.target)
     if args.rules is not None and args.rules not in RULE_SETS:
         raise UsageError(f"Expected --rules among {', '.join(RULE_SETS)} but got {args.rules!r}")

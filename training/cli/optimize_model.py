@@ -24,9 +24,6 @@ from typing import Any
 
 from codegen.cli.workloads import MAX_SCRIPT_BYTES
 from codegen.measure import Evaluator
-from codegen.workloads.model_zoo import MODELS
-from codegen.workloads.models import import_model, model_spec, module_tasks, parse_model_spec
-from codegen.workloads.relax_files import load_module_file
 from dragon_dsl.cli_kit import (
     ExitCode,
     UsageError,
@@ -59,6 +56,15 @@ def _defines_relax(path: str) -> bool:
 def load_whole_model(arg: str) -> tuple[str, Any, list]:
     """The label, the prepared Relax module and the tasks of MODEL; UsageError naming what is
     wrong with it."""
+    from codegen.workloads.model_zoo import MODELS
+    from codegen.workloads.models import (
+        import_model,
+        model_spec,
+        module_tasks,
+        parse_model_spec,
+    )
+    from codegen.workloads.relax_files import load_module_file
+
     if arg.strip().startswith("model("):
         try:
             kw = parse_model_spec(arg, task=False)
@@ -90,7 +96,6 @@ def load_whole_model(arg: str) -> tuple[str, Any, list]:
 
 def format_model_report(result) -> str:
     """The tasks, then the end-to-end rows, for people."""
-
     budget = f", budget {result.budget}" if result.budget is not None else ""
     lines = [f"{result.model} on {result.target} ({result.device}): {len(result.tasks)} tasks"
              f"{budget}, {result.wall_s:.0f} s", ""]

@@ -50,8 +50,8 @@ def quantiles(values: Sequence[float]) -> dict[str, float]:
             "p90": rank(0.9), "max": ordered[-1]}
 
 
-def token_lengths(examples: Examples, tokenizer: PreTrainedTokenizerBase) -> dict[str, dict[str,
-                  list[int]]]:
+def token_lengths(examples: Examples,
+                  tokenizer: PreTrainedTokenizerBase) -> dict[str, dict[str, list[int]]]:
     """Token counts of every example's prompt and completion, by task (each distinct text
     tokenized once, in batches)."""
     rows = {task: [r for split in SPLITS for r in getattr(examples, task)[split]]

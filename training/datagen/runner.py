@@ -97,7 +97,6 @@ class TaskRunner:
         return self._evaluators[key]
 
     def run(self, task: Task) -> TaskResult:
-
         start = time.perf_counter()
         wl = workload(task.workload)
         tgt = as_target(task.target)

@@ -46,9 +46,7 @@ from codegen.workloads import workload as make_workload
 from dragon_dsl.files import write_atomic
 from training.evaluate import metaschedule
 from training.evaluate.errors import EvalError
-from training.evaluate.generate import create
 from training.evaluate.metrics import budget_curves, head_to_head, summarize
-from training.evaluate.report import write_report
 from training.evaluate.tasks import KINDS, EvalTask, load_tasks
 from training.prompts.templates import construction_prompt, refinement_prompt
 from training.sampling.config import SamplingConfig
@@ -200,8 +198,8 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
     write_atomic(str(path), json.dumps(manifest, indent=1) + "\n")
 
 
-def measure_references(task: EvalTask, workload: WorkloadLike, evaluator: Evaluator) -> dict[str,
-                       Any]:
+def measure_references(task: EvalTask, workload: WorkloadLike,
+                       evaluator: Evaluator) -> dict[str, Any]:
     """The task's reference latencies (seconds; None when one does not run correctly)."""
     refs: dict[str, Any] = {}
     base = evaluator.evaluate_modules(workload, {"u": unscheduled(workload, evaluator.target)})
@@ -221,6 +219,9 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     """Evaluate ``models`` (name -> a local model or SFT/RL run directory, or an
     OpenAI-compatible endpoint ``http://host:port/v1#served-model``: ``generate.create``) on the
     tasks of ``data``; returns the summary (also written to ``OUT/summary.json``)."""
+    from training.evaluate.generate import create
+    from training.evaluate.report import write_report
+
     if not models:
         raise EvalError("name at least one model (NAME=PATH)")
     if metaschedule.NAME in models:
@@ -343,7 +344,7 @@ def _evaluate(todo, generators, tasks, evaluator, store, config, make_workload,
             store.write(name, task, rows)
 
 
-def _unwritten() -> Any:
+def _unwritten() -> Outcome:
     return Outcome(Status.APPLY_ERROR, "encode",
                    "MetaSchedule's trace could not be written as a script")
 
@@ -368,7 +369,6 @@ class _Generated(_Files):
 
 def _generate(generator, tasks, start_s, generated, target, config, workload_of,
               progress) -> None:
-
     name = generator.name
     for task in tqdm(tasks, desc=f"generate {name}", unit="task", disable=not progress):
         wl = workload_of(task)
@@ -395,7 +395,6 @@ class _Searches(_Files):
 
 def _search(tasks, generated, evaluator, config, workload_of, progress) -> None:
     """MetaSchedule's attempts at ``tasks``: one search per workload, ``attempts`` trials."""
-
     searches = _Searches(generated.root.parent)
     first: dict[str, EvalTask] = {}
     for task in tasks:

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING
 
 from codegen.search import search_space
 from codegen.targets import default_rules
-from codegen.workloads.inspect import blocks as kernel_blocks
 from dragon_dsl.grammar import Grammar
 from dragon_dsl.printer import annotation_key_text
 from dragon_dsl.statements import STATEMENTS
@@ -52,6 +51,8 @@ _DERIVED = re.compile(r"^[lbv][0-9]+$")
 
 def kernel_loops(workload: WorkloadLike) -> tuple[list[str], dict[str, set[int]]]:
     """The kernel's block names, and each loop name with the extents it has in some block."""
+    from codegen.workloads.inspect import blocks as kernel_blocks
+
     blocks, loops = [], {}
     for block in kernel_blocks(workload):
         blocks.append(block.name)

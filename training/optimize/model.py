@@ -33,7 +33,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from codegen.measured import make_baselines, speedup
-from codegen.search.database import DatabaseRecord, write_database
 from codegen.search.rival import rival_search
 from dragon_dsl.files import replace_dir
 from training.optimize.budget import check_fits, split_budget, start_cost
@@ -142,6 +141,8 @@ class ModelResult:
 
 def _write(database: str, records: list, target: TargetLike) -> None:
     """The database in directory ``database``, replacing what a run before left there."""
+    from codegen.search.database import write_database
+
     with replace_dir(database) as tmp:
         write_database(tmp, records, target)
 
@@ -166,6 +167,7 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
     (loading a model takes seconds a usage error should not wait for).  ``say(text)`` hears
     each step."""
     from codegen.model_build import measure_models
+    from codegen.search.database import DatabaseRecord
 
     clock = time.perf_counter()
     config = config or OptimizeConfig()

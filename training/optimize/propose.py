@@ -87,7 +87,6 @@ def propose(model, tokenizer, workload: WorkloadLike, target: TargetLike = "llvm
     """Sample ``config.n`` scripts for ``workload`` under ``grammar`` (one of ``GRAMMARS``)
     and, when ``evaluator`` (a ``codegen.measure.Evaluator``) is given, build, verify and time
     each one on it."""
-
     if grammar not in GRAMMARS:
         raise ValueError(f"Expected one of {GRAMMARS} but got grammar={grammar!r}")
     prompt = prompt_for(workload, target, refine=refine, latency_s=latency_s,

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from codegen.targets import as_module
-from codegen.workloads import inspect, workload
+from codegen.workloads import workload
 from codegen.workloads import workload as build
 
 if TYPE_CHECKING:
@@ -79,6 +79,8 @@ def describe(workload: WorkloadLike) -> str:
       init C[i, j] = 0
       C[i, j] += A[i, k] * B[k, j]
     """
+    from codegen.workloads import inspect  # not loaded by `dragon --help`
+
     func = inspect.main_func(_module(workload))
     root = inspect.root_block(func)
     if root is None:  # no root block (a plain TIR function): TVMScript says it best

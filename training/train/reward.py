@@ -256,7 +256,6 @@ class Rewarder:
 
 def _trace_key(script: str, workload: WorkloadLike, target: TargetLike) -> str | None:
     """The script's TVM trace JSON on the workload (None when it does not decode)."""
-
     try:
         return json.dumps(to_tvm_json(script, workload=workload, target=target), sort_keys=True)
     except DragonError:

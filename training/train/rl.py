@@ -45,7 +45,6 @@ from codegen.measure import Evaluator
 from codegen.workloads import workload
 from training.sampling.rollout import ScheduleRollout
 from training.train.grpo_config import RLRunConfig, resolve_rl
-from training.train.reward import RewardConfig, Rewarder
 from training.train.run_dir import (
     METRICS_FILE,
     MetricsCallback,
@@ -304,6 +303,7 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
+    from training.train.reward import RewardConfig, Rewarder
 
     set_seed(config.seed)
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
