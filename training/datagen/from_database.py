@@ -318,7 +318,7 @@ def _workload(group: _Group, named: dict[str, Any]):
     return type(wl)(label, wl.mod), "database"
 
 
-def _mode(measure: Evaluator) -> str:
+def _mode(measure: Evaluator | None) -> str:
     if measure is None:
         return "as-is"
     return f"measured:{measure.target_json}:{measure.device}"
@@ -333,7 +333,7 @@ def _key(pair: DatabasePair, group: _Group, mode: str, family: str) -> str:
 
 # ---- records --------------------------------------------------------------------------------
 
-def _records(group: _Group, wl, family: str, measure: Evaluator) -> list[Record]:
+def _records(group: _Group, wl, family: str, measure: Evaluator | None) -> list[Record]:
     rules = default_rules(group.target)
     pp_set = postproc_set(rules)
     scripts: list[str | None] = []

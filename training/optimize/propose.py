@@ -104,7 +104,7 @@ def propose(model, tokenizer, workload: WorkloadLike, target: TargetLike = "llvm
 
 
 def _measured(samples: list[Sample], workload: WorkloadLike,
-              evaluator: Evaluator) -> list[Proposal]:
+              evaluator: Evaluator | None) -> list[Proposal]:
     if evaluator is None:
         return [Proposal(s) for s in samples]
     outcomes = evaluator.evaluate(workload, [s.text for s in samples])

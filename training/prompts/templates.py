@@ -195,7 +195,8 @@ def chat_messages(workload: WorkloadLike, target: TargetLike, script: str | None
             {"role": "user", "content": user}]
 
 
-def apply_chat_template(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> str:
+def apply_chat_template(tokenizer: PreTrainedTokenizerBase | None,
+                        messages: list[dict[str, str]]) -> str:
     """The text to generate from: the tokenizer's chat template with the generation prompt, or
     the plain prompt (the user messages' text) when the tokenizer has no template.
 
