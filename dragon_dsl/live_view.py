@@ -11,7 +11,7 @@ without TVM.
 >>> from codegen.workloads import workload                                     # doctest: +SKIP
 >>> live = LiveSchedule(workload("matmul(m=16,n=16,k=16)").mod)                # doctest: +SKIP
 >>> live.step('block "C" -> C')                                                # doctest: +SKIP
->>> LiveView.from_data(LiveView.of(live).as_data()).expected_results("loops", "C")  # +SKIP
+>>> LiveView.from_data(LiveView.of(live).as_data()).expected_results("loops", "C")  # doctest: +SKIP
 ['i', 'j', 'k']
 """
 

@@ -336,12 +336,12 @@ def test_the_whole_model_path_writes_no_record_a_baseline_beat(slow_samples, mon
                                                                tmp_path):
     from types import SimpleNamespace
 
-    import codegen.measured
     import codegen.model_build
+    import training.optimize.model
     from codegen.measured import Baselines
     from training.optimize.model import ModelOptimizeConfig, optimize_model
 
-    monkeypatch.setattr(codegen.measured, "make_baselines", lambda wl, target: Baselines(
+    monkeypatch.setattr(training.optimize.model, "make_baselines", lambda wl, target: Baselines(
         {"unscheduled": object(), "default": object()}))
     monkeypatch.setattr(codegen.model_build, "measure_models", lambda *a, **k: {})
     # Faster than the unscheduled kernel, slower than the default when re-timed.

@@ -8,6 +8,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+import dragon_dsl
 from codegen.measure.config import MeasureConfig
 from dragon_dsl.cli_kit import UsageError, add_config_arguments, read_source
 from dragon_dsl.configs import layered
@@ -42,8 +43,6 @@ def measure_from_args(args: argparse.Namespace,
 def script_to_refine(path: str) -> str:
     """The script to refine; a UsageError (before any model is loaded) unless it is clean,
     naming the file, line and column of the first finding."""
-    import dragon_dsl
-
     text = read_source(path)
     found = dragon_dsl.check(text)
     if found:

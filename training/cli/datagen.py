@@ -16,10 +16,15 @@ records.  Rerunning the same command continues a run that was stopped.  Exit cod
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from typing import Any
 
+from codegen.measure import Evaluator
+from codegen.search.tune import SearchConfig
+from codegen.targets import default_rules, target_dict
+from codegen.workloads import sample_workloads
 from dragon_dsl.cli_kit import (
     ExitCode,
     UsageError,
@@ -31,6 +36,9 @@ from dragon_dsl.cli_kit import (
 )
 from dragon_dsl.configs import layered
 from training.cli.common import add_measure_arguments, measure_from_args
+from training.datagen.examples import ExampleConfig
+from training.datagen.records import DataError, RecordStore
+from training.datagen.tasks import PRESETS, tasks_for
 
 __all__ = ["register"]
 
@@ -38,10 +46,6 @@ __all__ = ["register"]
 
 def _tasks(args) -> tuple[list, dict[str, Any], Any]:
     """The run's tasks, the settings that define the run, and its preset."""
-    from codegen.search.tune import SearchConfig
-    from codegen.targets import default_rules, target_dict
-    from training.datagen.tasks import PRESETS, tasks_for
-
     chosen = PRESETS[args.preset] if args.preset else None
     try:  # the preset's search settings under the flags given
         search = layered(SearchConfig, {n: p.search for n, p in PRESETS.items()}, args.preset,
@@ -54,8 +58,6 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
     if args.workload:
         specs = list(args.workload)
     elif args.sample:
-        from codegen.workloads import sample_workloads
-
         specs = sample_workloads(args.sample, seed=args.workload_seed)
     elif chosen:
         specs = chosen.specs(seed=args.workload_seed)
@@ -105,7 +107,6 @@ def _pool(args, settings):
 
 def cmd_datagen(args) -> int:
     from training.datagen.generate import generate
-    from training.datagen.records import DataError
     from training.datagen.runner import RunnerSettings
 
     out = args.out
@@ -145,8 +146,6 @@ def cmd_datagen(args) -> int:
 def _example_config(args, holdout: list[str]):
     """The selection flags, checked before any search (a bad one is a usage error now, not
     after an hour of measuring)."""
-    from training.datagen.examples import ExampleConfig
-
     given = args.holdout_families not in (None, ())  # the flag's default is ()
     overrides = {} if given else {"holdout_families": tuple(holdout)}
     return config_from_args(ExampleConfig, args, **overrides)
@@ -158,18 +157,14 @@ def _build(args, out: str, holdout: list[str]) -> None:
     report = build_datasets(out, _example_config(args, holdout), progress=not args.quiet)
     print(report, file=sys.stderr)
     if args.json:
-        import json
-
         print(json.dumps(report.examples.summary(), indent=1, sort_keys=True))
 
 
 def _from_database(args) -> int:
     """Import a MetaSchedule database: one committed task per workload, re-measured unless
     ``--as-is``."""
-    from codegen.measure import Evaluator
     from training.datagen.from_database import database_records
     from training.datagen.generate import check_manifest
-    from training.datagen.records import DataError, RecordStore
 
     out = args.out
     source = os.path.abspath(args.from_database)
@@ -221,10 +216,6 @@ def _say(message: str) -> None:
 
 def register(subparsers) -> None:
     """Add ``dragon datagen`` (the ``dragon.commands`` entry point)."""
-    from codegen.search.tune import SearchConfig
-    from training.datagen.examples import ExampleConfig
-    from training.datagen.tasks import PRESETS
-
     p = subparsers.add_parser(
         "datagen", help="build training data from MetaSchedule search",
         description="Search workloads with MetaSchedule (evolutionary search, XGBoost cost "

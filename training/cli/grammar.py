@@ -17,13 +17,15 @@ from __future__ import annotations
 import os
 import sys
 
+from codegen.cli.workloads import cli_workload
+from codegen.targets import RULE_SETS
 from dragon_dsl.cli_kit import ExitCode, UsageError, examples, parse_target
+from dragon_dsl.files import write_atomic
 
 __all__ = ["register"]
 
 
 def cmd_grammar(args) -> int:
-    from codegen.targets import RULE_SETS
     from training.grammars.gbnf import sampling_grammar_as
 
     target = parse_target(args.target)
@@ -35,16 +37,12 @@ def cmd_grammar(args) -> int:
             raise UsageError(f"--out {args.out}: not a file in an existing directory")
     wl = None
     if args.workload is not None:
-        from codegen.cli.workloads import cli_workload
-
         wl = cli_workload(args.workload)
     text = sampling_grammar_as(args.format, wl, target, args.rules,
                                end_marker=not args.no_end_marker)
     if args.out is None:
         sys.stdout.write(text)
     else:
-        from dragon_dsl.files import write_atomic
-
         write_atomic(args.out, text)
         print(f"wrote {args.out} ({len(text)} bytes, {args.format})", file=sys.stderr)
     return ExitCode.OK

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from codegen.cli.workloads import cli_workload
 from dragon_dsl.cli_kit import (
     ExitCode,
     UsageError,
@@ -24,7 +25,7 @@ from dragon_dsl.cli_kit import (
     examples,
     parse_target,
 )
-from training.models.tokenizer import TokenizerConfig
+from training.models.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
 
 __all__ = ["init_model", "register"]
 
@@ -38,7 +39,6 @@ def init_model(path: str | Path, config: TokenizerConfig | None = None, *,
     in ``path`` (created if needed); returns the path.  About a minute on 2 cores."""
     import torch
 
-    from training.models.tokenizer import build_tokenizer, tiny_model
 
     out = Path(path)
     tokenizer = build_tokenizer(config)
@@ -81,8 +81,6 @@ def cmd_init_model(args) -> int:
 
 
 def _check_specs(config: TokenizerConfig) -> None:
-    from codegen.cli.workloads import cli_workload
-
     for spec in config.workloads:
         cli_workload(spec)
     for target in config.targets:

@@ -15,11 +15,15 @@ and both end-to-end builds ran correctly, 1 otherwise, 2 usage errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
+from codegen.cli.workloads import MAX_SCRIPT_BYTES
+from codegen.measure import Evaluator
 from dragon_dsl.cli_kit import (
     ExitCode,
     UsageError,
@@ -27,6 +31,8 @@ from dragon_dsl.cli_kit import (
     format_latency,
     text_table,
 )
+from dragon_dsl.files import write_atomic
+from training.cli.common import load_model
 
 __all__ = ["format_model_report", "is_whole_model", "load_whole_model", "run_optimize_model"]
 
@@ -50,7 +56,6 @@ def _defines_relax(path: str) -> bool:
 def load_whole_model(arg: str) -> tuple[str, Any, list]:
     """The label, the prepared Relax module and the tasks of MODEL; UsageError naming what is
     wrong with it."""
-    from codegen.cli.workloads import MAX_SCRIPT_BYTES
     from codegen.workloads.model_zoo import MODELS
     from codegen.workloads.models import (
         import_model,
@@ -136,12 +141,6 @@ def format_model_report(result) -> str:
 
 def run_optimize_model(args, target, config, sampling, measure, path: str) -> int:
     """What ``dragon optimize`` runs for a whole model (flags parsed and checked)."""
-    import contextlib
-    import sys
-
-    from codegen.measure import Evaluator
-    from dragon_dsl.files import write_atomic
-    from training.cli.common import load_model
     from training.optimize.kernel import OptimizeError
     from training.optimize.model import ModelOptimizeConfig, optimize_model
 

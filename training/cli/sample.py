@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 
+from codegen.cli.workloads import cli_workload
+from codegen.measure import Evaluator
 from dragon_dsl.cli_kit import (
     ExitCode,
     UsageError,
@@ -37,7 +39,6 @@ _FLAGS = ("n", "temperature", "top_p", "seed", "max_new_tokens", "batch_size", "
 
 
 def cmd_sample(args) -> int:
-    from codegen.cli.workloads import cli_workload
     from training.optimize.propose import ProposeError, measured_latency, propose
 
     wl = cli_workload(args.workload)
@@ -50,8 +51,6 @@ def cmd_sample(args) -> int:
     model, tokenizer = load_model(model_path(args.model))
     evaluator = None
     if args.check or (old is not None and args.latency_us is None):
-        from codegen.measure import Evaluator
-
         evaluator = Evaluator(target)
     try:
         latency = args.latency_us * 1e-6 if args.latency_us is not None else None

@@ -10,10 +10,16 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from training.datagen.card import write_card
+from training.datagen.dataset import write_datasets
 from training.datagen.examples import ExampleConfig, Examples, build_examples
+from training.datagen.generate import MANIFEST
 from training.datagen.records import RecordStore
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["BuildReport", "build_datasets"]
 
@@ -44,8 +50,6 @@ class BuildReport:
 
 
 def _generation(out: str) -> dict[str, Any]:
-    from training.datagen.generate import MANIFEST
-
     try:
         with open(os.path.join(out, MANIFEST), encoding="utf-8") as f:
             settings = json.load(f).get("settings", {})
@@ -61,12 +65,10 @@ def _generation(out: str) -> dict[str, Any]:
 
 
 def build_datasets(out: str, config: ExampleConfig | None = None, *,
-                   tokenizer: Any = None, progress: bool = False) -> BuildReport:
+                   tokenizer: PreTrainedTokenizerBase | None = None,
+                   progress: bool = False) -> BuildReport:
     """Build the construction and refinement datasets of ``out`` and write them, the records
     file and the card."""
-    from training.datagen.card import write_card
-    from training.datagen.dataset import write_datasets
-
     store = RecordStore(out)
     records = list(store.all_records())
     examples = build_examples(records, config, progress=progress)

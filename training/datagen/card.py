@@ -14,12 +14,16 @@ import os
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dragon_dsl.files import atomic_file, write_atomic
 from training.datagen.dataset import RECORDS_FILE, TASKS
 from training.datagen.examples import SPLITS, THIRDS, Examples
+from training.models.tokenizer import openai_tokenizer
 from training.prompts.templates import PROMPT_VERSION
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["PLOTS", "quantiles", "token_lengths", "write_card"]
 
@@ -46,7 +50,8 @@ def quantiles(values: Sequence[float]) -> dict[str, float]:
             "p90": rank(0.9), "max": ordered[-1]}
 
 
-def token_lengths(examples: Examples, tokenizer: Any) -> dict[str, dict[str, list[int]]]:
+def token_lengths(examples: Examples,
+                  tokenizer: PreTrainedTokenizerBase) -> dict[str, dict[str, list[int]]]:
     """Token counts of every example's prompt and completion, by task (each distinct text
     tokenized once, in batches)."""
     rows = {task: [r for split in SPLITS for r in getattr(examples, task)[split]]
@@ -62,7 +67,7 @@ def token_lengths(examples: Examples, tokenizer: Any) -> dict[str, dict[str, lis
                    for part in ("prompt", "completion")} for task in TASKS}
 
 
-def write_card(out: str, examples: Examples, *, tokenizer: Any = None,
+def write_card(out: str, examples: Examples, *, tokenizer: PreTrainedTokenizerBase | None = None,
                title: str = "Little Dragon: MetaSchedule schedules as Dragon scripts",
                generation: dict[str, Any] | None = None) -> str:
     """Write ``OUT/README.md`` and ``OUT/plots/*.png``; the card's path.
@@ -77,8 +82,6 @@ def write_card(out: str, examples: Examples, *, tokenizer: Any = None,
     '/tmp/.../README.md'
     """
     if tokenizer is None:
-        from training.models.tokenizer import openai_tokenizer
-
         tokenizer, name = openai_tokenizer("cl100k_base"), "cl100k_base"
     else:
         name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__

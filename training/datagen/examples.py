@@ -52,8 +52,11 @@ import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import dragon_dsl
+from codegen.workloads import script_workload, workload
+from dragon_dsl.errors import DragonError
 from training.datagen.records import Record
 from training.prompts.templates import (
     PROMPT_VERSION,
@@ -61,6 +64,9 @@ from training.prompts.templates import (
     format_completion,
     refinement_prompt,
 )
+
+if TYPE_CHECKING:
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["SPLITS", "THIRDS", "ExampleConfig", "ExampleStats", "Examples", "build_examples",
            "split_of"]
@@ -203,8 +209,6 @@ def default_resolver() -> WorkloadResolver:
     def resolve(record: Record) -> Any:
         key = (record.workload, record.workload_script)
         if key not in cache:
-            from codegen.workloads import script_workload, workload
-
             cache[key] = (script_workload(record.workload_script, spec=record.workload)
                           if record.workload_script else workload(record.workload))
         return cache[key]
@@ -219,7 +223,7 @@ class _Checker:
         self.stats = stats
         self._seen: dict[tuple[str, str, str], bool] = {}
 
-    def __call__(self, script: str, wl: Any, target_json: str) -> bool:
+    def __call__(self, script: str, wl: WorkloadLike, target_json: str) -> bool:
         key = (wl.identity, target_json, script)
         if key not in self._seen:
             reason = _recheck(script, wl, target_json)
@@ -229,10 +233,7 @@ class _Checker:
         return self._seen[key]
 
 
-def _recheck(script: str, wl: Any, target_json: str) -> str:
-    import dragon_dsl
-    from dragon_dsl.errors import DragonError
-
+def _recheck(script: str, wl: WorkloadLike, target_json: str) -> str:
     try:
         if dragon_dsl.format(script) != script:
             return "script not canonical"
@@ -350,7 +351,7 @@ def _num(value: float | None) -> float:
     return float("nan") if value is None else float(value)
 
 
-def _construction(group: _Group, wl: Any, check: _Checker,
+def _construction(group: _Group, wl: WorkloadLike, check: _Checker,
                   config: ExampleConfig) -> list[Record]:
     """The fastest ``k`` scripts within tolerance of the best one that re-applies."""
     chosen: list[Record] = []
@@ -364,7 +365,7 @@ def _construction(group: _Group, wl: Any, check: _Checker,
     return chosen
 
 
-def _starts(group: _Group, best: Record, wl: Any, check: _Checker, config: ExampleConfig,
+def _starts(group: _Group, best: Record, wl: WorkloadLike, check: _Checker, config: ExampleConfig,
             stats: ExampleStats) -> list[tuple[Record, str]]:
     """One start per third of each search (records of one rule set, device and source, in
     measurement order), each a distinct script at least ``min_gain`` slower than ``best``."""

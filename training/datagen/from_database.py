@@ -42,11 +42,29 @@ import os
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import dragon_dsl
+from codegen.measure.outcomes import Outcome, Status
+from codegen.measure.timing import median_and_spread
+from codegen.targets import (
+    as_target,
+    default_rules,
+    import_tensor_intrinsics,
+    postproc_set,
+    target_dict,
+    tvm_message,
+)
+from codegen.workloads import script_workload, workload
+from dragon_dsl.errors import DragonError
 from training.datagen.records import DataError, Record, TaskSummary
 from training.datagen.runner import DATABASE_FILES
 from training.datagen.tasks import family_of
+from training.prompts.templates import target_name
+
+if TYPE_CHECKING:
+    from codegen.measure import Evaluator
+    from codegen.targets import TargetLike
 
 __all__ = ["DatabaseGroup", "DatabasePair", "database_records", "find_databases"]
 
@@ -116,7 +134,8 @@ def find_databases(path: str) -> list[DatabasePair]:
     return pairs
 
 
-def database_records(path: str, *, measure: Any = None, target: Any = None,
+def database_records(path: str, *, measure: Evaluator | None = None,
+                     target: TargetLike | None = None,
                      specs: Iterable[str] = (), skip: Collection[str] = (),
                      progress: Callable[[str], None] | None = None) -> Iterator[DatabaseGroup]:
     """The records of every database in ``path``, one ``DatabaseGroup`` per workload and
@@ -133,8 +152,6 @@ def database_records(path: str, *, measure: Any = None, target: Any = None,
     >>> for group in database_records("tune_dir"):               # doctest: +SKIP
     ...     store.commit(group.summary(), group.records)
     """
-    from codegen.targets import as_target
-
     pairs = find_databases(path)
     fallback = as_target(target if target is not None else
                          (measure.target if measure is not None else "llvm"))
@@ -207,7 +224,6 @@ def _load(pair: DatabasePair, fallback) -> list[_Group]:
     """Both files read and checked: the groups, in order of their first record."""
     from tvm.s_tir import meta_schedule as ms
 
-    from codegen.targets import tvm_message
 
     workloads = []
     for number, obj in _json_lines(pair.workloads):
@@ -246,7 +262,6 @@ def _record_line(obj, number: int, where: str, fallback, targets: dict[str, Any]
     """One tuning record: [workload index, [trace, run_secs, target, args_info]]."""
     import tvm
 
-    from codegen.targets import target_dict, tvm_message
 
     shape = "[workload index, [trace, run_secs, target, args_info]]"
     if not (isinstance(obj, list) and len(obj) == 2 and isinstance(obj[0], int)
@@ -284,8 +299,6 @@ def _preview(obj: Any, limit: int = 80) -> str:
 
 def _spec_index(specs: Iterable[str]) -> dict[str, Any]:
     """Workloads of the given specs by their TVMScript's hash."""
-    from codegen.workloads import workload
-
     out = {}
     for spec in specs:
         wl = workload(spec)
@@ -295,8 +308,6 @@ def _spec_index(specs: Iterable[str]) -> dict[str, Any]:
 
 def _workload(group: _Group, named: dict[str, Any]):
     """The codegen Workload the group's scripts are written for, and its family."""
-    from codegen.workloads import script_workload
-
     func_name, func = next(iter((gv.name_hint, f) for gv, f in group.mod.functions.items()))
     symbol = func.attrs.get("global_symbol", func_name) if func.attrs is not None else func_name
     wl = script_workload(group.mod.script(), where=group.where)
@@ -307,7 +318,7 @@ def _workload(group: _Group, named: dict[str, Any]):
     return type(wl)(label, wl.mod), "database"
 
 
-def _mode(measure: Any) -> str:
+def _mode(measure: Evaluator | None) -> str:
     if measure is None:
         return "as-is"
     return f"measured:{measure.target_json}:{measure.device}"
@@ -322,11 +333,7 @@ def _key(pair: DatabasePair, group: _Group, mode: str, family: str) -> str:
 
 # ---- records --------------------------------------------------------------------------------
 
-def _records(group: _Group, wl, family: str, measure: Any) -> list[Record]:
-    from codegen.measure.outcomes import Outcome, Status
-    from codegen.targets import default_rules, postproc_set, target_dict
-    from training.prompts.templates import target_name
-
+def _records(group: _Group, wl, family: str, measure: Evaluator | None) -> list[Record]:
     rules = default_rules(group.target)
     pp_set = postproc_set(rules)
     scripts: list[str | None] = []
@@ -361,9 +368,6 @@ def _script(line: _Line, wl, tgt, pp_set: str) -> tuple[str | None, tuple[str, s
     (stage, message) saying why not."""
     from tvm.s_tir.schedule import Schedule, Trace
 
-    import dragon_dsl
-    from codegen.targets import import_tensor_intrinsics, tvm_message
-    from dragon_dsl.errors import DragonError
 
     if any(isinstance(inst, list) and inst and inst[0] == "Tensorize" for inst in line.trace[0]):
         import_tensor_intrinsics()   # the intrinsics a Tensorize names must be registered
@@ -382,9 +386,6 @@ def _script(line: _Line, wl, tgt, pp_set: str) -> tuple[str | None, tuple[str, s
 
 def _as_is(line: _Line):
     """MetaSchedule's own measurement as an outcome (unverified)."""
-    from codegen.measure.outcomes import Outcome, Status
-    from codegen.measure.timing import median_and_spread
-
     secs = line.run_secs or []
     if not secs:
         return Outcome(Status.RUNTIME_ERROR, "run", "MetaSchedule recorded no run_secs")

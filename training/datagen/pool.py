@@ -16,11 +16,14 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
+from codegen.targets import as_target
 from training.datagen.records import TaskSummary
-from training.datagen.runner import RunnerSettings, TaskResult
+from training.datagen.runner import RunnerSettings, TaskResult, TaskRunner
 from training.datagen.tasks import Task
+from training.prompts.templates import target_name
 
 __all__ = ["LocalPool", "failed_result", "hard_limit"]
 
@@ -32,9 +35,6 @@ def hard_limit(task: Task) -> float:
 
 
 def failed_result(task: Task, error: str, attempts: int, seconds: float) -> TaskResult:
-    from codegen.targets import as_target
-    from training.prompts.templates import target_name
-
     return TaskResult(TaskSummary(key=task.key, workload=task.workload,
                                   target=target_name(as_target(task.target)), status="failed",
                                   attempts=attempts, error=error[-4000:],
@@ -43,8 +43,6 @@ def failed_result(task: Task, error: str, attempts: int, seconds: float) -> Task
 
 def _serve(conn, settings: dict[str, Any], parent: int) -> None:
     """A pool process: run tasks from ``conn`` until it closes or the driver is gone."""
-    from training.datagen.runner import TaskRunner
-
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
@@ -160,6 +158,4 @@ class LocalPool:
 
 
 def _with_attempts(summary: TaskSummary, attempts: int) -> TaskSummary:
-    from dataclasses import replace
-
     return replace(summary, attempts=attempts)

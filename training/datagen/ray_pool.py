@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from training.datagen.pool import failed_result, hard_limit
-from training.datagen.runner import RunnerSettings, TaskResult
+from training.datagen.runner import RunnerSettings, TaskResult, TaskRunner
 from training.datagen.tasks import Task
 
 __all__ = ["RayPool"]
@@ -25,7 +25,6 @@ _RUNNER: Any = None  # one TaskRunner per Ray worker process
 
 def _run_on_worker(task: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     global _RUNNER
-    from training.datagen.runner import TaskRunner
 
     if _RUNNER is None:
         _RUNNER = TaskRunner(RunnerSettings.from_dict(settings))

@@ -10,19 +10,24 @@ machine boundaries and the driver alone writes the output directory.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from codegen.measure import Evaluator, MeasureConfig
 from codegen.search.tune import search
 from codegen.targets import as_target, target_dict
+from codegen.workloads import workload
 from training.datagen.records import Record, TaskSummary
 from training.datagen.tasks import Task, family_of
 from training.prompts.templates import target_name
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
 
 __all__ = ["RunnerSettings", "TaskResult", "TaskRunner", "database_files"]
 
@@ -39,8 +44,6 @@ class RunnerSettings:
     rpc: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return {"measure": asdict(self.measure), "builders": self.builders, "cache": self.cache,
                 "rpc": self.rpc}
 
@@ -59,8 +62,6 @@ class TaskResult:
     database: dict[str, str]        # MetaSchedule's JSON database files, by name
 
     def to_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return {"summary": asdict(self.summary), "records": [asdict(r) for r in self.records],
                 "database": self.database}
 
@@ -87,9 +88,7 @@ class TaskRunner:
         self.settings = settings or RunnerSettings()
         self._evaluators: dict[str, Evaluator] = {}
 
-    def evaluator(self, target: Any) -> Evaluator:
-        import json
-
+    def evaluator(self, target: TargetLike) -> Evaluator:
         key = json.dumps(target_dict(as_target(target)), sort_keys=True)
         if key not in self._evaluators:
             self._evaluators[key] = Evaluator(
@@ -98,10 +97,6 @@ class TaskRunner:
         return self._evaluators[key]
 
     def run(self, task: Task) -> TaskResult:
-        import json
-
-        from codegen.workloads import workload
-
         start = time.perf_counter()
         wl = workload(task.workload)
         tgt = as_target(task.target)

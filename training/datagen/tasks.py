@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from codegen.search.tune import SearchConfig
+from codegen.workloads import canonical_spec, sample_workloads
 
 __all__ = ["PRESETS", "Preset", "Task", "family_of", "preset", "tasks_for"]
 
@@ -91,7 +92,6 @@ class Preset:
     def specs(self, seed: int = 0) -> list[str]:
         if self.workloads:
             return list(self.workloads)
-        from codegen.workloads import sample_workloads
 
         return sample_workloads(self.sample, seed=seed)
 
@@ -125,8 +125,6 @@ def preset(name: str) -> Preset:
 def tasks_for(specs: list[str], target: dict[str, Any], rules: str, search: SearchConfig,
               time_limit_s: float) -> list[Task]:
     """One task per distinct workload (specs made canonical), in the given order."""
-    from codegen.workloads import canonical_spec
-
     seen: set[str] = set()
     out = []
     for spec in map(canonical_spec, specs):

@@ -16,7 +16,16 @@ True
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from training.evaluate.http_model import HttpModel
+from training.sampling import load
+from training.sampling.schedule_aware import sample_schedule_aware
+from training.train.run_dir import model_dir
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["Generator", "LocalModel", "create", "is_http"]
 
@@ -27,7 +36,7 @@ class Generator(Protocol):
     name: str
     source: str
 
-    def generate(self, prompt: str, workload: Any, target: Any, config: Any,
+    def generate(self, prompt: str, workload: WorkloadLike, target: TargetLike, config: Any,
                  seed: int) -> list[dict[str, Any]]:
         """``config.attempts`` samples for ``prompt`` (``config``: an ``EvalConfig``)."""
         ...
@@ -45,8 +54,6 @@ def create(name: str, spec: str) -> Generator:
     """The generator for ``--model NAME=SPEC``: an HTTP endpoint or a local directory; a spec
     that cannot be used raises (``EvalError``, ``RunError``) before anything is measured."""
     if is_http(spec):
-        from training.evaluate.http_model import HttpModel
-
         return HttpModel(name, spec)
     return LocalModel(name, spec)
 
@@ -55,16 +62,11 @@ class LocalModel:
     """A local model or run directory (its ``final/``), loaded on first use."""
 
     def __init__(self, name: str, path: str) -> None:
-        from training.train.run_dir import model_dir
-
         self.name, self.source = name, str(model_dir(path))
         self._loaded: tuple[Any, Any] | None = None
 
-    def generate(self, prompt: str, workload: Any, target: Any, config: Any,
+    def generate(self, prompt: str, workload: WorkloadLike, target: TargetLike, config: Any,
                  seed: int) -> list[dict[str, Any]]:
-        from training.sampling import load
-        from training.sampling.schedule_aware import sample_schedule_aware
-
         if self._loaded is None:
             self._loaded = load(self.source)
         model, tokenizer = self._loaded

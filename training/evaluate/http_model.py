@@ -26,9 +26,15 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.evaluate.errors import EvalError
+from training.grammars.gbnf import sampling_grammar_as
+from training.prompts.templates import STOP, split_completion
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["GRAMMAR_MODES", "HttpModel", "HttpSpec", "parse_spec"]
 
@@ -98,8 +104,6 @@ def parse_spec(name: str, text: str) -> HttpSpec:
 
 @functools.cache
 def _grammar(fmt: str) -> str:
-    from training.grammars.gbnf import sampling_grammar_as
-
     return sampling_grammar_as(fmt)
 
 
@@ -116,8 +120,6 @@ class HttpModel:
 
     def request_body(self, prompt: str, config: Any, n: int, seed: int) -> dict[str, Any]:
         """The JSON of one completions request."""
-        from training.prompts.templates import STOP
-
         body: dict[str, Any] = {
             "model": self.spec.model, "prompt": prompt, "n": n,
             "temperature": config.sampling.temperature, "top_p": config.sampling.top_p,
@@ -131,10 +133,8 @@ class HttpModel:
             place[last] = _grammar(fmt)
         return body
 
-    def generate(self, prompt: str, workload: Any, target: Any, config: Any,
+    def generate(self, prompt: str, workload: WorkloadLike, target: TargetLike, config: Any,
                  seed: int) -> list[dict[str, Any]]:
-        from training.prompts.templates import split_completion
-
         samples: list[dict[str, Any]] = []
         while len(samples) < config.attempts:
             choices = self._complete(self.request_body(

@@ -13,7 +13,15 @@ the workload from scratch whatever the start script.
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from codegen.search.rival import rival_search
+from codegen.search.tune import cost_model_name
+
+if TYPE_CHECKING:
+    from codegen.measure import Evaluator
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["NAME", "describe", "search_attempts"]
 
@@ -22,19 +30,16 @@ NAME = "metaschedule"
 
 def describe(population: int) -> str:
     """What the name stands for, in the manifest and the summary (a rerun must match it)."""
-    from codegen.search.tune import cost_model_name
-
     return (f"MetaSchedule evolutionary search, {cost_model_name()} cost model, population "
             f"{population}, trials = attempts")
 
 
-def search_attempts(workload: Any, spec: str, target: Any, evaluator: Any, attempts: int,
+def search_attempts(workload: WorkloadLike, spec: str, target: TargetLike, evaluator: Evaluator,
+                    attempts: int,
                     seed: int, population: int) -> dict[str, Any]:
     """One search of ``workload`` with ``attempts`` trials measured by ``evaluator``
     (``codegen.search.rival_search``): its candidates in the order measured (``script`` None: a
     trace the language cannot write), with what the search's own measurement made of each."""
-    from codegen.search.rival import rival_search
-
     found = rival_search(workload, target, evaluator, attempts, seed=seed,
                          population=population)
     samples = [{"script": a.script, "round": a.round, "search_status": a.outcome.status.value,

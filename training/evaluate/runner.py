@@ -34,13 +34,27 @@ import re
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tqdm.auto import tqdm
+
+from codegen.measure import Evaluator
 from codegen.measure.config import MeasureConfig
+from codegen.measure.outcomes import Outcome, Status
+from codegen.search.baselines import unscheduled
+from codegen.workloads import workload as make_workload
+from dragon_dsl.files import write_atomic
 from training.evaluate import metaschedule
 from training.evaluate.errors import EvalError
+from training.evaluate.metrics import budget_curves, head_to_head, summarize
 from training.evaluate.tasks import KINDS, EvalTask, load_tasks
+from training.prompts.templates import construction_prompt, refinement_prompt
 from training.sampling.config import SamplingConfig
+from training.train.run_dir import data_target
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["EvalConfig", "EvalError", "run_eval"]
 
@@ -129,8 +143,6 @@ class _Files:
         return self.path(model, task).is_file()
 
     def _write(self, model: str, task: EvalTask, text: str) -> None:
-        from dragon_dsl.files import write_atomic
-
         path = self.path(model, task)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(str(path), text)
@@ -183,15 +195,13 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
                 raise EvalError(f"{out}: model {name!r} was {path_}, now "
                                 f"{manifest['models'][name]}; {hint}")
         manifest = {**manifest, "models": {**held.get("models", {}), **manifest["models"]}}
-    from dragon_dsl.files import write_atomic
 
     write_atomic(str(path), json.dumps(manifest, indent=1) + "\n")
 
 
-def measure_references(task: EvalTask, workload: Any, evaluator: Any) -> dict[str, Any]:
+def measure_references(task: EvalTask, workload: WorkloadLike,
+                       evaluator: Evaluator) -> dict[str, Any]:
     """The task's reference latencies (seconds; None when one does not run correctly)."""
-    from codegen.search.baselines import unscheduled
-
     refs: dict[str, Any] = {}
     base = evaluator.evaluate_modules(workload, {"u": unscheduled(workload, evaluator.target)})
     refs["unscheduled_s"] = base["u"].latency_s if base["u"].ok else None
@@ -204,17 +214,14 @@ def measure_references(task: EvalTask, workload: Any, evaluator: Any) -> dict[st
 
 
 def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
-             target: Any = None, config: EvalConfig | None = None, evaluator: Any = None,
+             target: TargetLike | None = None, config: EvalConfig | None = None,
+             evaluator: Evaluator | None = None,
              progress: bool = True) -> dict[str, Any]:
     """Evaluate ``models`` (name -> a local model or SFT/RL run directory, or an
     OpenAI-compatible endpoint ``http://host:port/v1#served-model``: ``generate.create``) on the
     tasks of ``data``; returns the summary (also written to ``OUT/summary.json``)."""
-    from codegen.measure import Evaluator
-    from codegen.workloads import workload as make_workload
     from training.evaluate.generate import create
-    from training.evaluate.metrics import budget_curves, head_to_head, summarize
     from training.evaluate.report import write_report
-    from training.train.run_dir import data_target
 
     if not models:
         raise EvalError("name at least one model (NAME=PATH)")
@@ -273,8 +280,6 @@ def _evaluate(todo, generators, tasks, evaluator, store, config, make_workload,
     """Generate, model by model (one in memory at a time), then measure task by task: the
     references and every model's attempts of a task in one batch, the models interleaved, so
     that no model is timed under other conditions than its rival or its baseline."""
-    from tqdm.auto import tqdm
-
     session = time.strftime("%Y-%m-%dT%H:%M:%S")
     workloads: dict[str, Any] = {}
 
@@ -341,9 +346,7 @@ def _evaluate(todo, generators, tasks, evaluator, store, config, make_workload,
             store.write(name, task, rows)
 
 
-def _unwritten() -> Any:
-    from codegen.measure.outcomes import Outcome, Status
-
+def _unwritten() -> Outcome:
     return Outcome(Status.APPLY_ERROR, "encode",
                    "MetaSchedule's trace could not be written as a script")
 
@@ -368,10 +371,6 @@ class _Generated(_Files):
 
 def _generate(generator, tasks, start_s, generated, target, config, workload_of,
               progress) -> None:
-    from tqdm.auto import tqdm
-
-    from training.prompts.templates import construction_prompt, refinement_prompt
-
     name = generator.name
     for task in tqdm(tasks, desc=f"generate {name}", unit="task", disable=not progress):
         wl = workload_of(task)
@@ -398,10 +397,6 @@ class _Searches(_Files):
 
 def _search(tasks, generated, evaluator, config, workload_of, progress) -> None:
     """MetaSchedule's attempts at ``tasks``: one search per workload, ``attempts`` trials."""
-    from tqdm.auto import tqdm
-
-    from dragon_dsl.files import write_atomic
-
     searches = _Searches(generated.root.parent)
     first: dict[str, EvalTask] = {}
     for task in tasks:

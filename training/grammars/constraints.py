@@ -25,12 +25,21 @@ nothing, and a rule that is gone or changed shape raises ``GrammarError`` naming
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
+from codegen.search import search_space
+from codegen.targets import default_rules
 from dragon_dsl.grammar import Grammar
+from dragon_dsl.printer import annotation_key_text
 from dragon_dsl.statements import STATEMENTS
 from training.grammars.layout import canonical_lines, canonical_spacing
+from training.prompts.templates import STOP
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["MAX_FACTORS", "annotation_keys", "annotation_values", "categorical_lists",
            "expand_ranges", "kernel_loops", "sampling_grammar", "with_end_marker",
@@ -40,7 +49,7 @@ TILE_LENGTHS = (2, 3, 4, 5)
 _DERIVED = re.compile(r"^[lbv][0-9]+$")
 
 
-def kernel_loops(workload: Any) -> tuple[list[str], dict[str, set[int]]]:
+def kernel_loops(workload: WorkloadLike) -> tuple[list[str], dict[str, set[int]]]:
     """The kernel's block names, and each loop name with the extents it has in some block."""
     from codegen.workloads.inspect import blocks as kernel_blocks
 
@@ -52,7 +61,7 @@ def kernel_loops(workload: Any) -> tuple[list[str], dict[str, set[int]]]:
     return blocks, loops
 
 
-def categorical_lists(workload: Any, target: Any = "llvm",
+def categorical_lists(workload: WorkloadLike, target: TargetLike = "llvm",
                       rules: str | None = None) -> tuple[tuple[int, ...], ...] | None:
     """The candidate lists MetaSchedule draws categorical decisions from for ``workload`` on
     ``target`` under the rule set ``rules`` (``codegen.targets.RULE_SETS``; None: the target's
@@ -73,9 +82,6 @@ def categorical_lists(workload: Any, target: Any = "llvm",
     >>> categorical_lists(workload("matmul(m=16,n=16,k=16)"))
     ((0, 16, 64, 512),)
     """
-    from codegen.search import search_space
-    from codegen.targets import default_rules
-
     try:
         space = search_space(workload.mod, target, rules or default_rules(target))
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
@@ -85,20 +91,15 @@ def categorical_lists(workload: Any, target: Any = "llvm",
     return tuple(dict.fromkeys(lists))
 
 
-def annotation_values(workload: Any, target: Any = "llvm",
+def annotation_values(workload: WorkloadLike, target: TargetLike = "llvm",
                       rules: str | None = None) -> dict[str, tuple[str, ...]] | None:
     """For each annotation key MetaSchedule's rules write for ``workload`` on ``target``, the
     values they write, as a script spells them (``32``, ``"SSRSRS"``; ``var`` stands for a
     sampled variable), read from the design spaces' ``Annotate`` instructions.  Schedule-aware
     sampling admits only these: an arbitrary ``vectorize=999999`` makes MetaSchedule's own
     postprocessors exhaust the memory.  None when no design space can be generated."""
-    import json
-
     import tvm
 
-    from codegen.search import search_space
-    from codegen.targets import default_rules
-    from dragon_dsl.printer import annotation_key_text
 
     try:
         space = search_space(workload.mod, target, rules or default_rules(target))
@@ -124,7 +125,7 @@ def annotation_values(workload: Any, target: Any = "llvm",
     return {k: tuple(dict.fromkeys(v)) for k, v in values.items()}
 
 
-def annotation_keys(workload: Any, target: Any = "llvm",
+def annotation_keys(workload: WorkloadLike, target: TargetLike = "llvm",
                     rules: str | None = None) -> tuple[str, ...] | None:
     """The annotation keys MetaSchedule's rules write for ``workload`` on ``target`` (before
     postprocessing), as a script spells them (``tiling_structure``, ``unroll_explicit``); read
@@ -135,10 +136,6 @@ def annotation_keys(workload: Any, target: Any = "llvm",
     >>> annotation_keys(workload("matmul(m=16,n=16,k=16)"))
     ('tiling_structure', 'parallel', 'vectorize', 'unroll_explicit')
     """
-    from codegen.search import search_space
-    from codegen.targets import default_rules
-    from dragon_dsl.printer import annotation_key_text
-
     try:
         space = search_space(workload.mod, target, rules or default_rules(target))
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
@@ -239,8 +236,6 @@ def with_end_marker(text: str, stop: str | None = None) -> str:
     >>> Grammar.parse(with_end_marker(sampling_grammar())).body("start").endswith('"<end>"?')
     True
     """
-    from training.prompts.templates import STOP
-
     g = Grammar.parse(text, user=_USER)
     g.replace("start", f"{g.body('start', 'the end marker after a script')} "
                        f"{_literal(STOP if stop is None else stop)}?")
@@ -372,7 +367,8 @@ _BLOCK = '"block" STRING opt_func? "->" name'
 _CATEGORICAL = '"sample_categorical" int_list INT opt_probs? "->" name'
 
 
-def workload_grammar(workload: Any, target: Any = "llvm", rules: str | None = None) -> str:
+def workload_grammar(workload: WorkloadLike, target: TargetLike = "llvm",
+                     rules: str | None = None) -> str:
     """The grammar narrowed to ``workload``'s blocks, loops and extents, and to the categorical
     candidates MetaSchedule offers for it on ``target`` under ``rules`` (``categorical_lists``;
     None: the target's default rule set), as llguidance Lark.

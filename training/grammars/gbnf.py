@@ -28,12 +28,18 @@ B ::= [0-9]{2}
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dragon_dsl.errors import GrammarError
 from dragon_dsl.grammar import Definition, Grammar
+from training.grammars.constraints import sampling_grammar, with_end_marker, workload_grammar
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["FORMATS", "lark_to_gbnf", "sampling_grammar_as"]
 
@@ -41,13 +47,11 @@ _USER = "training.grammars.gbnf"
 FORMATS = ("lark", "gbnf")
 
 
-def sampling_grammar_as(fmt: str, workload: Any = None, target: Any = "llvm",
+def sampling_grammar_as(fmt: str, workload: WorkloadLike | None = None, target: TargetLike = "llvm",
                         rules: str | None = None, *, end_marker: bool = True) -> str:
     """The sampling grammar (``workload``'s with a workload) as a server reads it: ``fmt``
     ``"lark"`` (llguidance) or ``"gbnf"``; with ``end_marker`` a script may end with ``<end>``
     (``constraints.with_end_marker``).  What ``dragon grammar`` writes and ``dragon eval`` sends."""
-    from training.grammars.constraints import sampling_grammar, with_end_marker, workload_grammar
-
     if fmt not in FORMATS:
         raise ValueError(f"Expected a format among {', '.join(FORMATS)} but got fmt={fmt!r}")
     lark = sampling_grammar() if workload is None else workload_grammar(workload, target, rules)
@@ -194,8 +198,6 @@ class _Body(_Descent):
 
 def _literal(lexeme: str, fail) -> str:
     """A Lark literal's text (Lark reads its escapes as Python does)."""
-    import ast
-
     try:
         value = ast.literal_eval(lexeme)
     except (ValueError, SyntaxError):

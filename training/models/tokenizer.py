@@ -20,6 +20,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import dragon_dsl
+from codegen import postproc_set, sample_traces, workload
+from codegen.targets import default_rules
+from training.prompts.templates import SCRIPT_END, construction_prompt
+
 __all__ = [
     "BOS_TOKEN",
     "EOS_TOKEN",
@@ -83,10 +88,6 @@ def script_corpus(workloads: Iterable[str] = DEFAULT_WORKLOADS,
     >>> next(script_corpus(["matmul(m=16,n=16,k=16)"], n=1)).startswith('block "C"')
     True
     """
-    import dragon_dsl
-    from codegen import postproc_set, sample_traces, workload
-    from codegen.targets import default_rules
-
     targets = tuple(targets)
     for spec in workloads:
         wl = workload(spec)
@@ -105,9 +106,6 @@ def prompt_texts(workloads: Iterable[str] = DEFAULT_WORKLOADS,
                  targets: Iterable[str] = ("llvm",)) -> Iterator[str]:
     """The construction prompt (``training.prompts``) of each workload and target, followed by
     the end-of-script marker, so that the tokenizer knows both."""
-    from codegen import workload
-    from training.prompts.templates import SCRIPT_END, construction_prompt
-
     targets = tuple(targets)
     for spec in workloads:
         wl = workload(spec)

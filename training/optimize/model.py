@@ -31,12 +31,18 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from codegen.measured import speedup
+from codegen.measured import make_baselines, speedup
+from codegen.search.rival import rival_search
+from dragon_dsl.files import replace_dir
 from training.optimize.budget import check_fits, split_budget, start_cost
-from training.optimize.kernel import OptimizeConfig, OptimizeResult
+from training.optimize.kernel import OptimizeConfig, OptimizeResult, measure_start, optimize
 from training.sampling.config import SamplingConfig
+
+if TYPE_CHECKING:
+    from codegen.measure import Evaluator, MeasureConfig
+    from codegen.targets import TargetLike
 
 __all__ = ["END_TO_END", "ModelOptimizeConfig", "ModelResult", "TaskResult", "optimize_model"]
 
@@ -136,10 +142,9 @@ class ModelResult:
                                for n, e in self.end_to_end.items()}}
 
 
-def _write(database: str, records: list, target: Any) -> None:
+def _write(database: str, records: list, target: TargetLike) -> None:
     """The database in directory ``database``, replacing what a run before left there."""
     from codegen.search.database import write_database
-    from dragon_dsl.files import replace_dir
 
     with replace_dir(database) as tmp:
         write_database(tmp, records, target)
@@ -148,17 +153,15 @@ def _write(database: str, records: list, target: Any) -> None:
 def _metaschedule(task, target, evaluator, trials: int, population: int,
                   work_dir: str) -> float | None:
     """MetaSchedule's search on one task, ``trials`` candidates; its best correct latency."""
-    from codegen.search.rival import rival_search
-
     best = rival_search(task.workload, target, evaluator, trials, population=population,
                         per_round=min(16, trials), work_dir=work_dir).best
     return None if best is None else float(best.outcome.latency_s)
 
 
 def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
-                   database: str, evaluator: Any, config: OptimizeConfig | None = None,
+                   database: str, evaluator: Evaluator, config: OptimizeConfig | None = None,
                    model_config: ModelOptimizeConfig | None = None,
-                   sampling: SamplingConfig | None = None, measure: Any = None,
+                   sampling: SamplingConfig | None = None, measure: MeasureConfig | None = None,
                    progress: bool = False, say=None, loader=None) -> ModelResult:
     """Optimize every task of ``mod`` (``tasks``: ``codegen.workloads.models.ModelTask``s) on
     ``evaluator``'s target and measure the model end to end (see the module's docstring).
@@ -166,10 +169,8 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
     None with ``loader``, a function that returns both, called once the starts are measured
     (loading a model takes seconds a usage error should not wait for).  ``say(text)`` hears
     each step."""
-    from codegen.measured import make_baselines
     from codegen.model_build import measure_models
     from codegen.search.database import DatabaseRecord
-    from training.optimize.kernel import measure_start, optimize
 
     clock = time.perf_counter()
     config = config or OptimizeConfig()

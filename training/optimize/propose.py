@@ -11,11 +11,20 @@ reward are built on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from dragon_dsl.errors import DragonError
+from training.grammars.constraints import workload_grammar
+from training.prompts.templates import construction_prompt, refinement_prompt
+from training.sampling import sample
 from training.sampling.config import Sample, SamplingConfig
+from training.sampling.schedule_aware import sample_schedule_aware
+
+if TYPE_CHECKING:
+    from codegen.measure import Evaluator
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["GRAMMARS", "Proposal", "ProposeError", "measured_latency", "prompt_for", "propose"]
 
@@ -48,12 +57,10 @@ class Proposal:
         return row
 
 
-def prompt_for(workload: Any, target: Any = "llvm", *, refine: str | None = None,
-               latency_s: float | None = None, evaluator: Any = None) -> str:
+def prompt_for(workload: WorkloadLike, target: TargetLike = "llvm", *, refine: str | None = None,
+               latency_s: float | None = None, evaluator: Evaluator | None = None) -> str:
     """The construction prompt, or with ``refine`` the refinement prompt.  The script to refine
     is measured with ``evaluator`` when ``latency_s`` is not given; it must be correct."""
-    from training.prompts.templates import construction_prompt, refinement_prompt
-
     if refine is None:
         return construction_prompt(workload, target)
     if latency_s is None:
@@ -64,7 +71,7 @@ def prompt_for(workload: Any, target: Any = "llvm", *, refine: str | None = None
     return refinement_prompt(workload, target, refine, latency_s)
 
 
-def measured_latency(workload: Any, script: str, evaluator: Any) -> float:
+def measured_latency(workload: WorkloadLike, script: str, evaluator: Evaluator) -> float:
     """The script's latency on the evaluator's device; ProposeError unless it is correct."""
     [measured] = evaluator.evaluate(workload, [script])
     if not measured.ok:
@@ -73,30 +80,22 @@ def measured_latency(workload: Any, script: str, evaluator: Any) -> float:
     return float(measured.latency_s)
 
 
-def propose(model, tokenizer, workload: Any, target: Any = "llvm", *,
+def propose(model, tokenizer, workload: WorkloadLike, target: TargetLike = "llvm", *,
             config: SamplingConfig | None = None, grammar: str = "schedule",
             refine: str | None = None, latency_s: float | None = None,
-            evaluator: Any = None) -> list[Proposal]:
+            evaluator: Evaluator | None = None) -> list[Proposal]:
     """Sample ``config.n`` scripts for ``workload`` under ``grammar`` (one of ``GRAMMARS``)
     and, when ``evaluator`` (a ``codegen.measure.Evaluator``) is given, build, verify and time
     each one on it."""
-    from dataclasses import replace
-
-    from training.sampling import sample
-
     if grammar not in GRAMMARS:
         raise ValueError(f"Expected one of {GRAMMARS} but got grammar={grammar!r}")
     prompt = prompt_for(workload, target, refine=refine, latency_s=latency_s,
                         evaluator=evaluator)
     config = config or SamplingConfig()
     if grammar == "schedule":
-        from training.sampling.schedule_aware import sample_schedule_aware
-
         samples = sample_schedule_aware(model, tokenizer, prompt, workload, target, config)
         return _measured(samples, workload, evaluator)
     if grammar == "workload":
-        from training.grammars.constraints import workload_grammar
-
         config = replace(config, constrained=True,
                          grammar=workload_grammar(workload, target))
     else:
@@ -104,7 +103,8 @@ def propose(model, tokenizer, workload: Any, target: Any = "llvm", *,
     return _measured(sample(model, tokenizer, prompt, config), workload, evaluator)
 
 
-def _measured(samples: list[Sample], workload: Any, evaluator: Any) -> list[Proposal]:
+def _measured(samples: list[Sample], workload: WorkloadLike,
+              evaluator: Evaluator | None) -> list[Proposal]:
     if evaluator is None:
         return [Proposal(s) for s in samples]
     outcomes = evaluator.evaluate(workload, [s.text for s in samples])

@@ -33,7 +33,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from codegen.targets import as_module
+from codegen.workloads import workload
+from codegen.workloads import workload as build
+
+if TYPE_CHECKING:
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["describe", "token_counts", "tvmscript"]
 
@@ -57,7 +64,7 @@ _ITER_KINDS = {0: "S", 2: "R"}  # IterVar.DataPar, IterVar.CommReduce
 _FOR_KINDS = {1: "parallel", 2: "vectorized", 3: "unrolled", 4: "thread_binding"}
 
 
-def describe(workload: Any) -> str:
+def describe(workload: WorkloadLike) -> str:
     """The compact description of a workload's ``main``.
 
     ``workload`` is a Workload, IRModule, PrimFunc, spec or TVMScript path.
@@ -72,7 +79,7 @@ def describe(workload: Any) -> str:
       init C[i, j] = 0
       C[i, j] += A[i, k] * B[k, j]
     """
-    from codegen.workloads import inspect
+    from codegen.workloads import inspect  # not loaded by `dragon --help`
 
     func = inspect.main_func(_module(workload))
     root = inspect.root_block(func)
@@ -96,7 +103,7 @@ def describe(workload: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tvmscript(workload: Any) -> str:
+def tvmscript(workload: WorkloadLike) -> str:
     """The module's TVMScript without the import comments the printer puts first.
 
     >>> tvmscript("matmul(m=8,n=8,k=4)").splitlines()[0]
@@ -119,7 +126,6 @@ def token_counts(specs: Iterable[str]) -> list[dict[str, Any]]:
     """
     from bpe_openai import get_encoding
 
-    from codegen.workloads import workload
 
     encoding = get_encoding("cl100k_base")
     rows = []
@@ -134,12 +140,9 @@ def token_counts(specs: Iterable[str]) -> list[dict[str, Any]]:
 
 # ---- the module and its names ----------------------------------------------------------------
 
-def _module(workload: Any):
+def _module(workload: WorkloadLike):
     if isinstance(workload, str | os.PathLike):
-        from codegen.workloads import workload as build
-
         workload = build(workload)
-    from codegen.targets import as_module
 
     return as_module(workload)
 

@@ -33,10 +33,17 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from codegen.targets import as_target
 from dragon_dsl.errors import DragonError
 from training.prompts.kernel_text import describe, tvmscript
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["KERNEL_FORMATS", "PROMPT_VERSION", "SCRIPT_END", "STOP", "SYSTEM_PROMPT",
            "CompletionError", "PromptConfig", "apply_chat_template", "chat_messages",
@@ -94,7 +101,8 @@ class PromptConfig:
 _DEFAULT = PromptConfig()
 
 
-def construction_prompt(workload: Any, target: Any, config: PromptConfig | None = None) -> str:
+def construction_prompt(workload: WorkloadLike, target: TargetLike,
+                        config: PromptConfig | None = None) -> str:
     """The plain-text prompt to write a script for an unoptimized kernel.
 
     >>> print(construction_prompt("matmul(m=8,n=8,k=4)", "llvm"), end="")
@@ -114,7 +122,7 @@ def construction_prompt(workload: Any, target: Any, config: PromptConfig | None 
     return f"{_header('construction', target, config)}{_kernel(workload, config)}script:\n"
 
 
-def refinement_prompt(workload: Any, target: Any, script: str, latency_s: float,
+def refinement_prompt(workload: WorkloadLike, target: TargetLike, script: str, latency_s: float,
                       config: PromptConfig | None = None) -> str:
     """The plain-text prompt to improve ``script``, which runs the kernel in ``latency_s``.
 
@@ -164,7 +172,7 @@ def split_completion(text: str, *, require_end: bool = True) -> str:
     return script + "\n" if script.strip() else ""
 
 
-def chat_messages(workload: Any, target: Any, script: str | None = None,
+def chat_messages(workload: WorkloadLike, target: TargetLike, script: str | None = None,
                   latency_s: float | None = None,
                   config: PromptConfig | None = None) -> list[dict[str, str]]:
     """Messages for an instruct model: the system prompt, then the plain prompt as the user's.
@@ -187,7 +195,8 @@ def chat_messages(workload: Any, target: Any, script: str | None = None,
             {"role": "user", "content": user}]
 
 
-def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+def apply_chat_template(tokenizer: PreTrainedTokenizerBase | None,
+                        messages: list[dict[str, str]]) -> str:
     """The text to generate from: the tokenizer's chat template with the generation prompt, or
     the plain prompt (the user messages' text) when the tokenizer has no template.
 
@@ -205,7 +214,7 @@ def apply_chat_template(tokenizer: Any, messages: list[dict[str, str]]) -> str:
     return "".join(m["content"] for m in messages if m["role"] == "user")
 
 
-def target_name(target: Any) -> str:
+def target_name(target: TargetLike) -> str:
     """The target's kind as prompts name it: ``llvm`` or ``cuda``.
 
     >>> target_name("nvidia/nvidia-h100")
@@ -213,17 +222,16 @@ def target_name(target: Any) -> str:
     """
     if isinstance(target, str) and target in _SHORT_TARGETS:
         return target
-    from codegen.targets import as_target
 
     return str(as_target(target).kind.name)
 
 
-def _header(task: str, target: Any, config: PromptConfig) -> str:
+def _header(task: str, target: TargetLike, config: PromptConfig) -> str:
     where = f", target {target_name(target)}" if config.include_target else ""
     return f"Dragon {task}{where}\nkernel:\n"
 
 
-def _kernel(workload: Any, config: PromptConfig) -> str:
+def _kernel(workload: WorkloadLike, config: PromptConfig) -> str:
     return describe(workload) if config.kernel == "compact" else tvmscript(workload)
 
 

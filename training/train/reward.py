@@ -25,12 +25,23 @@ between the two timings is reported as the group's noise.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from codegen.measure import Evaluator, MeasureConfig, Outcome, Status
 from codegen.measured import speedup as speedup_of
+from codegen.search.baselines import unscheduled
+from codegen.workloads import workload as make_workload
+from dragon_dsl import format as canonical
+from dragon_dsl import to_tvm_json
+from dragon_dsl.errors import DragonError
+from training.prompts.templates import split_completion
+
+if TYPE_CHECKING:
+    from codegen.targets import TargetLike
+    from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["RewardConfig", "Rewarder", "Scored", "score"]
 
@@ -140,7 +151,7 @@ class Rewarder:
     default to new ones for ``target``; ``close`` ends what this object started.
     """
 
-    def __init__(self, target: Any = "llvm", config: RewardConfig | None = None, *,
+    def __init__(self, target: TargetLike = "llvm", config: RewardConfig | None = None, *,
                  measure: MeasureConfig | None = None, evaluator: Evaluator | None = None,
                  timer: Evaluator | None = None, **evaluator_options: Any) -> None:
         self.config = config or RewardConfig()
@@ -157,26 +168,22 @@ class Rewarder:
         self.evaluator, self.timer = evaluator, timer
         self.reports: list[GroupReport] = []
 
-    def reference(self, workload: Any, start_script: str | None) -> Outcome:
+    def reference(self, workload: WorkloadLike, start_script: str | None) -> Outcome:
         """The reference outcome, measured now: the unscheduled kernel, or the given script."""
         if start_script is not None:
             return self._timed(workload, start_script)
-        from codegen.search.baselines import unscheduled
 
         mod = unscheduled(workload, self.evaluator.target)
         measured = self.evaluator.evaluate_modules(workload, {"unscheduled": mod})
         return measured["unscheduled"]
 
-    def _timed(self, workload: Any, script: str) -> Outcome:
+    def _timed(self, workload: WorkloadLike, script: str) -> Outcome:
         """``script`` measured by the timer (no cache), else by the evaluator."""
         return ((self.timer or self.evaluator).evaluate(workload, [script]))[0]
 
-    def score_group(self, workload: Any, scripts: list[str],
+    def score_group(self, workload: WorkloadLike, scripts: list[str],
                     start_script: str | None = None) -> GroupReport:
         """The rewards of ``scripts`` (completions of one prompt) on ``workload``."""
-        from dragon_dsl import format as canonical
-        from dragon_dsl.errors import DragonError
-
         outcomes = self.evaluator.evaluate(workload, scripts)
         reference = self.reference(workload, start_script)
         report = GroupReport(reference.latency_s if reference.ok else None, [],
@@ -220,9 +227,6 @@ class Rewarder:
                  start_script: list[str | None] | None = None, **_: Any) -> list[float]:
         """TRL's reward-function signature: dataset columns arrive as lists beside the
         completions; consecutive completions of one prompt form a group."""
-        from codegen.workloads import workload as make_workload
-        from training.prompts.templates import split_completion
-
         starts = start_script or [None] * len(completions)
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
         scripts = [split_completion(t, require_end=False) for t in texts]
@@ -250,13 +254,8 @@ class Rewarder:
         self.close()
 
 
-def _trace_key(script: str, workload: Any, target: Any) -> str | None:
+def _trace_key(script: str, workload: WorkloadLike, target: TargetLike) -> str | None:
     """The script's TVM trace JSON on the workload (None when it does not decode)."""
-    import json
-
-    from dragon_dsl import to_tvm_json
-    from dragon_dsl.errors import DragonError
-
     try:
         return json.dumps(to_tvm_json(script, workload=workload, target=target), sort_keys=True)
     except DragonError:

@@ -41,6 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from codegen.measure import Evaluator
+from codegen.workloads import workload
+from training.sampling.rollout import ScheduleRollout
 from training.train.grpo_config import RLRunConfig, resolve_rl
 from training.train.run_dir import (
     METRICS_FILE,
@@ -60,6 +63,8 @@ from training.train.run_dir import (
 from training.train.sft_config import deepspeed_path
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from training.sampling.rollout import ScheduleRollout
 
 __all__ = ["MeasuredReward", "RLResult", "build_grpo_trainer", "data_target", "load_prompts",
@@ -133,8 +138,6 @@ def _interleave(groups: list[list[dict]]) -> list[list[dict]]:
 def workload_of(specs: dict[str, str]) -> Callable[[str], Any]:
     """Prompt -> its workload, from ``specs`` (prompt -> workload spec); each spec is made
     once, since the prompts of one kernel share it."""
-    from codegen.workloads import workload
-
     make = functools.cache(workload)
     return lambda prompt: make(specs[prompt])
 
@@ -210,7 +213,8 @@ class _StepTimes(MetricsCallback):
         super().on_log(args, state, control, logs, **kwargs)
 
 
-def build_grpo_trainer(config: RLRunConfig, model: Any, tokenizer: Any, prompts: Any,
+def build_grpo_trainer(config: RLRunConfig, model: PreTrainedModel,
+                       tokenizer: PreTrainedTokenizerBase, prompts: Any,
                        reward: MeasuredReward, rollout: ScheduleRollout, *,
                        progress: bool = True) -> Any:
     """TRL's ``GRPOTrainer`` for ``config``, with ``rollout`` and ``reward``."""
@@ -276,7 +280,7 @@ def _summary(metrics: Path) -> dict[str, Any]:
 
 
 def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
-           evaluator: Any = None) -> RLResult:
+           evaluator: Evaluator | None = None) -> RLResult:
     """Train as ``config`` says, in ``config.out``; with ``resume``, continue from the newest
     checkpoint there.  ``evaluator`` (a ``codegen.measure.Evaluator``) measures the rewards;
     by default one for the target with the run's cache."""
@@ -299,8 +303,6 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
-    from codegen.measure import Evaluator
-    from training.sampling.rollout import ScheduleRollout
     from training.train.reward import RewardConfig, Rewarder
 
     set_seed(config.seed)

@@ -25,11 +25,16 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from dragon_dsl.errors import DragonError
 from dragon_dsl.files import write_atomic
 from training.train.sft_config import config_dict
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["CONFIG_FILE", "METRICS_FILE", "RESULT_FILE", "MetricsCallback", "RunError",
            "data_target", "is_main_process", "last_checkpoint", "lora_config", "metrics_callback",
@@ -70,8 +75,6 @@ def start_run(run: Path, *, resume: bool) -> str | None:
 
 def write_config(config: Any, run: Path) -> None:
     """``RUN/config.yaml``: the config's fields, written through a temporary file."""
-    import yaml
-
     text = yaml.safe_dump(config_dict(config), sort_keys=False)
     write_atomic(run / CONFIG_FILE, text)
 
@@ -136,7 +139,8 @@ def lora_config(config: Any) -> Any:
                       task_type="CAUSAL_LM")
 
 
-def save_final(trainer: Any, tokenizer: Any, run: Path, *, use_peft: bool) -> Path:
+def save_final(trainer: Any, tokenizer: PreTrainedTokenizerBase, run: Path, *,
+               use_peft: bool) -> Path:
     """Save the trained model and its tokenizer in ``RUN/final``; with LoRA, the adapters in
     ``RUN/adapter`` and the model with them merged in ``final``."""
     final = run / "final"

@@ -25,8 +25,9 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from training.models.tokenizer import tiny_model, train_tokenizer
 from training.train.run_dir import (
     METRICS_FILE,
     RunError,
@@ -41,6 +42,9 @@ from training.train.run_dir import (
     write_result,
 )
 from training.train.sft_config import TINY, SFTRunConfig, deepspeed_path, resolve
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["RunError", "SFTResult", "build_trainer", "check_tokenizer", "last_checkpoint",
            "load_examples", "make_model", "make_tokenizer", "resumed_config", "run_sft"]
@@ -97,7 +101,7 @@ def load_examples(config: SFTRunConfig) -> dict[str, Any]:
     return {"train": train, "validation": validation}
 
 
-def check_tokenizer(tokenizer: Any, texts: list[str]) -> None:
+def check_tokenizer(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> None:
     """Raise ``RunError`` unless every text comes back byte for byte from its tokens."""
     for text in texts:
         back = tokenizer.decode(tokenizer(text, add_special_tokens=False).input_ids)
@@ -113,8 +117,6 @@ def make_tokenizer(config: SFTRunConfig, train: Any) -> Any:
     """For ``tiny``, a byte-level BPE trained on the train split's prompts and completions;
     else the model directory's own tokenizer."""
     if config.model == TINY:
-        from training.models.tokenizer import train_tokenizer
-
         texts = list(train["prompt"]) + list(train["completion"])
         return train_tokenizer(texts, config.vocab_size, config.min_frequency)
     from transformers import AutoTokenizer
@@ -125,14 +127,12 @@ def make_tokenizer(config: SFTRunConfig, train: Any) -> Any:
     return tokenizer
 
 
-def make_model(config: SFTRunConfig, tokenizer: Any) -> Any:
+def make_model(config: SFTRunConfig, tokenizer: PreTrainedTokenizerBase) -> Any:
     """For ``tiny``, a Llama of the config's size with random weights (seeded); else the local
     model directory's weights (bf16 when ``config.bf16``)."""
     import torch
 
     if config.model == TINY:
-        from training.models.tokenizer import tiny_model
-
         torch.manual_seed(config.seed)
         model = tiny_model(tokenizer, hidden_size=config.hidden_size,
                            intermediate_size=4 * config.hidden_size,
@@ -146,7 +146,8 @@ def make_model(config: SFTRunConfig, tokenizer: Any) -> Any:
     return AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True, dtype=dtype)
 
 
-def build_trainer(config: SFTRunConfig, model: Any, tokenizer: Any, data: dict[str, Any], *,
+def build_trainer(config: SFTRunConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                  data: dict[str, Any], *,
                   progress: bool = True) -> Any:
     """TRL's ``SFTTrainer`` for ``config`` (checkpoints and metrics in ``config.out``)."""
     from trl import SFTConfig, SFTTrainer
