@@ -19,7 +19,7 @@ demo: $(STAMP)  # the main job on the built-in model, against MetaSchedule (a fe
 	$(BIN)/dragon demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=25 tests $(PYTEST_ARGS)
 
 # The slow tests alone, without a GPU (about 20 minutes on 2 cores): a real MetaSchedule tuning,
 # BERT, GPT-2 and Llama against torch, every model's tasks, the demo, Outlines, every pair of
