@@ -77,23 +77,29 @@ def test_bench_json_and_cache(script_file, tmp_path, capsys, monkeypatch):
     assert b["cached"] and b["latency_s"] == a["latency_s"]
 
 
-def test_bench_says_faster_without_a_warning_beyond_the_spread(tmp_path, capsys, monkeypatch):
-    """Constructed outcomes: a script twice as fast as the unscheduled kernel, 10% of spread."""
+def _bench_answers(monkeypatch, script, unscheduled, scripted):
+    """``dragon bench`` answered by constructed outcomes: the unscheduled kernel's and the
+    script's (latency, spread) in seconds, no kernel measured."""
     import codegen.bench
     from codegen.bench import BenchReport
     from codegen.measure import MeasureConfig, Outcome, Status
     from codegen.measured import Row
 
-    script = tmp_path / "fast.dragon"
-    script.write_text('block "C" -> b0\n')
-
     def fake_bench(wl, scripts, target, **kwargs):
-        rows = (Row("unscheduled", Outcome(Status.CORRECT, latency_s=2e-3, spread_s=1e-4)),
-                Row(str(script), Outcome(Status.CORRECT, latency_s=1e-3, spread_s=5e-5),
-                    baseline=False))
+        rows = (Row("unscheduled", Outcome(Status.CORRECT, latency_s=unscheduled[0],
+                                           spread_s=unscheduled[1])),
+                Row(str(script), Outcome(Status.CORRECT, latency_s=scripted[0],
+                                         spread_s=scripted[1]), baseline=False))
         return BenchReport(SPEC, "llvm", "cpu", MeasureConfig(repeat=2), rows)
 
     monkeypatch.setattr(codegen.bench, "bench", fake_bench)
+
+
+def test_bench_says_faster_without_a_warning_beyond_the_spread(tmp_path, capsys, monkeypatch):
+    """Constructed outcomes: a script twice as fast as the unscheduled kernel, 10% of spread."""
+    script = tmp_path / "fast.dragon"
+    script.write_text('block "C" -> b0\n')
+    _bench_answers(monkeypatch, script, (2e-3, 1e-4), (1e-3, 5e-5))
     assert main(["bench", str(script), "--workload", SPEC, "--baselines", "unscheduled"]) == 0
     out = capsys.readouterr().out
     rows = {ln.split()[0]: ln for ln in out.splitlines()[3:] if ln and not ln.startswith(" ")}
@@ -103,21 +109,9 @@ def test_bench_says_faster_without_a_warning_beyond_the_spread(tmp_path, capsys,
 
 def test_bench_says_tie_when_a_script_is_within_the_spread_of_a_baseline(tmp_path, capsys,
                                                                          monkeypatch):
-    import codegen.bench
-    from codegen.bench import BenchReport
-    from codegen.measure import MeasureConfig, Outcome, Status
-    from codegen.measured import Row
-
     script = tmp_path / "same.dragon"
     script.write_text('block "C" -> b0\n')
-
-    def fake_bench(wl, scripts, target, **kwargs):
-        rows = (Row("unscheduled", Outcome(Status.CORRECT, latency_s=1.03e-3, spread_s=5e-5)),
-                Row(str(script), Outcome(Status.CORRECT, latency_s=1e-3, spread_s=3e-5),
-                    baseline=False))
-        return BenchReport(SPEC, "llvm", "cpu", MeasureConfig(repeat=2), rows)
-
-    monkeypatch.setattr(codegen.bench, "bench", fake_bench)
+    _bench_answers(monkeypatch, script, (1.03e-3, 5e-5), (1e-3, 3e-5))
     assert main(["bench", str(script), "--workload", SPEC, "--baselines", "unscheduled"]) == 0
     out = capsys.readouterr().out
     assert f"{script}" in out and "1.03x (tie, spread 8%)" in out
