@@ -1,7 +1,8 @@
 """``dragon eval`` over OpenAI-compatible HTTP endpoints (``training.evaluate.http_model``),
 against a fake server this test starts: what each request carries (the prompt a local model
 gets, n, temperature, the grammar where the mode says), the attempts measured for real
-(MetaSchedule's best script for the task, and a misspelt copy), and every failure an
+(MetaSchedule's best script for the task, a misspelt copy, a script naming a block the kernel
+lacks, and one that writes past its output), and every failure an
 ``EvalError`` naming the model and the URL."""
 
 from __future__ import annotations
@@ -22,20 +23,26 @@ from training.grammars.gbnf import sampling_grammar_as
 from .tiny_datagen import TARGET
 
 CONFIG = from_flat(EvalConfig, split="validation", kinds=("construction",), max_tasks=1,
-                   attempts=2, temperature=0.7, top_p=0.9, max_new_tokens=256, seed=5, repeat=2,
+                   attempts=4, temperature=0.7, top_p=0.9, max_new_tokens=256, seed=5, repeat=2,
                    min_repeat_ms=1.0, metaschedule=False)  # MetaSchedule's rival: test_eval_models
+
+
+# Scripts for the validation task (softmax, tests/tiny_datagen.py) that parse: one names a block
+# the kernel lacks, one applies and builds but writes past the end of its output.
+NOT_APPLIED = 'block "T_softmax_nrm" -> b\n'
+PAST_THE_END = ('block "T_softmax_norm" -> b\nloops b -> i, j\n'
+                "split i [none, 3] disable_predication=true -> i0, i1\n")
+# What each attempt measures as, in the order the server gives the scripts.
+STATUSES = ["correct", "parse_error", "apply_error", "incorrect"]
 
 
 class FakeServer:
     """``POST /v1/completions``: the served model name chooses the behaviour.  ``good``
-    answers every choice asked for, ``one`` one per request (as llama.cpp does), each
-    alternating the correct script and the malformed one; ``fail`` answers HTTP 500, ``reject``
-    400,
-    ``garbage`` a body that is not JSON, ``empty`` no choices, ``slow`` after 3 s."""
+    answers every choice asked for, ``one`` one per request (as llama.cpp does), each giving
+    the scripts in turn; ``fail`` answers HTTP 500, ``reject`` 400, ``garbage`` a body that is not JSON, ``empty`` no choices, ``slow`` after 3 s."""
 
-    def __init__(self, correct: str, malformed: str) -> None:
+    def __init__(self, scripts: list[str]) -> None:
         self.requests: list[dict] = []
-        scripts = [correct, malformed]
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -59,7 +66,7 @@ class FakeServer:
                            and r["prompt"] == body["prompt"])
                 first = 0 if model != "one" else done
                 choices = [] if model == "empty" else [
-                    {"index": i, "text": scripts[(first + i) % 2], "finish_reason": "stop"}
+                    {"index": i, "text": scripts[(first + i) % len(scripts)], "finish_reason": "stop"}
                     for i in range(n)]
                 self._send(200, json.dumps({"object": "text_completion",
                                             "choices": choices}).encode())
@@ -94,7 +101,7 @@ def server(task):
     correct = task.metaschedule_script
     malformed = correct.replace("block ", "blok ", 1)
     assert malformed != correct
-    fake = FakeServer(correct, malformed)
+    fake = FakeServer([correct, malformed, NOT_APPLIED, PAST_THE_END])
     yield fake
     fake.httpd.shutdown()
 
@@ -122,13 +129,15 @@ def test_requests_carry_the_prompt_the_settings_and_the_grammar(evaluation, serv
         assert (request["temperature"], request["top_p"], request["max_tokens"],
                 request["stop"]) == (0.7, 0.9, 256, ["<end>"])
     [lark] = server.of("good")[:1]
-    assert lark["n"] == 2 and "grammar" not in lark
+    assert lark["n"] == 4 and "grammar" not in lark
     assert lark["structured_outputs"] == {"grammar": sampling_grammar_as("lark")}
     free = [r for r in server.of("good") if "structured_outputs" not in r]
     assert len(free) == 1 and "grammar" not in free[0] and "guided_grammar" not in free[0]
     # One choice per request: asked again for the rest, the seed moved on.
-    first, second = server.of("one")
-    assert (first["n"], second["n"]) == (2, 1) and second["seed"] == first["seed"] + 1
+    one = server.of("one")
+    first = one[0]
+    assert [r["n"] for r in one] == [4, 3, 2, 1]
+    assert [r["seed"] for r in one] == [first["seed"] + i for i in range(4)]
     assert first["grammar"] == sampling_grammar_as("gbnf") and "structured_outputs" not in first
     assert first["seed"] == lark["seed"] == free[0]["seed"]
 
@@ -139,16 +148,23 @@ def test_attempts_are_measured_as_the_server_wrote_them(evaluation):
     assert len(rows) == 3 * CONFIG.attempts
     for row in rows:
         assert row["grammar"] == parse_spec(row["model"], models[row["model"]]).grammar
+        assert row["status"] == STATUSES[row["attempt"]], row
         if row["attempt"] == 0:  # MetaSchedule's best script, timed here
-            assert row["status"] == "correct" and row["latency_s"] > 0
+            assert row["latency_s"] > 0
         else:
-            assert row["status"] == "parse_error" and row["latency_s"] is None
+            assert row["latency_s"] is None
+        if row["attempt"] == 1:
             assert "blok" in row["message"] or "blok" in row["script"]
+        if row["attempt"] == 3:
+            assert "past the end of T_softmax_norm" in row["message"]
         assert row["finish_reason"] == "end" and row["unscheduled_s"] > 0
     for name in models:
         figures = summary["by_model"][name]["construction"]
-        assert figures["attempts"] == 2
-        assert (figures["parses"], figures["applies"], figures["correct"]) == (0.5, 0.5, 0.5)
+        assert figures["attempts"] == 4
+        # Distinct shares: counting builds or applies as correct, or parse errors as parsed,
+        # changes one of them.
+        assert (figures["parses"], figures["applies"], figures["builds"],
+                figures["correct"]) == (0.75, 0.5, 0.5, 0.25)
         assert figures["fast_p"]["0"] == 1.0
     manifest = json.loads((out / "eval.json").read_text())
     assert manifest["models"] == models
