@@ -358,3 +358,49 @@ def test_the_whole_model_path_writes_no_record_a_baseline_beat(slow_samples, mon
     from training.cli.optimize_model import format_model_report
 
     assert "no (default faster)" in format_model_report(result)
+
+
+# ---- the best is the fastest by construction ------------------------------------------------
+
+# Distinct correct scripts for SLOW_SPEC with latencies that differ by far more than any noise:
+# the fastest of round 0 is neither its first nor its last script.
+LATENCY_OF = {f'block "T_matmul_NT" -> b{i}\n': latency
+              for i, latency in enumerate([3e-3, 1e-3, 2e-3, 1.5e-3, 0.5e-3, 4e-3])}
+ROUNDS = [list(LATENCY_OF)[:3], list(LATENCY_OF)[3:]]
+
+
+class _ByConstruction(_SlowAtTheEnd):
+    """Each script always times at its ``LATENCY_OF`` latency; the baselines at 5 ms."""
+
+    def __init__(self, target="llvm", **kwargs):
+        super().__init__(target, baselines={"unscheduled": 5e-3, "default": 5e-3})
+
+    def evaluate(self, workload, scripts):
+        return [Outcome(Status.CORRECT, latency_s=LATENCY_OF[t], spread_s=0.0) for t in scripts]
+
+
+def test_the_best_is_the_fastest_candidate_and_round_one_refines_it(monkeypatch):
+    from types import SimpleNamespace
+
+    import training.sampling.schedule_aware as aware
+
+    prompts = []
+
+    def sample(model, tok, prompt, wl, target, config):
+        prompts.append(prompt)
+        return [SimpleNamespace(text=t) for t in ROUNDS[len(prompts) - 1]]
+
+    monkeypatch.setattr(aware, "sample_schedule_aware", sample)
+    ev = _ByConstruction()
+    result = optimize(None, None, SLOW_SPEC, config=OptimizeConfig(k=3, rounds=1),
+                      evaluator=ev, start=_start(ev))
+    first, second = result.rounds
+    assert (first.round_best_s, first.best_s) == (1e-3, 1e-3)
+    # The refinement prompt shows round 0's fastest script and its latency, no other script.
+    assert second.prompt == "refinement" and second.prompt_latency_s == 1e-3
+    assert ROUNDS[0][1] in prompts[1]
+    assert ROUNDS[0][0] not in prompts[1] and ROUNDS[0][2] not in prompts[1]
+    assert (second.round_best_s, second.best_s) == (0.5e-3, 0.5e-3)
+    assert result.best.script == ROUNDS[1][1] and result.best.round == 1
+    assert result.winner == "best" and result.best_script == ROUNDS[1][1]
+    assert result.speedup("unscheduled") == pytest.approx(10.0)
