@@ -70,7 +70,8 @@ def cmd_sample(args) -> int:
     else:
         for i, p in enumerate(proposals):
             s = p.sample
-            note = "" if s.finish_reason == "end" else f" (cut at {s.n_tokens} tokens)"
+            note = {"end": "", "error": " (ended by an error)"}.get(
+                s.finish_reason, f" (cut at {s.n_tokens} tokens)")
             print(f"# sample {i}{note}\n{s.text.rstrip()}\n")
     if args.check:
         return ExitCode.OK if any(p.outcome and p.outcome.ok for p in proposals) \

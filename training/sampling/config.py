@@ -15,7 +15,7 @@ __all__ = ["BACKENDS", "DEFAULT_BACKEND", "FinishReason", "Sample", "SamplingCon
 BACKENDS = ("llguidance", "outlines")
 DEFAULT_BACKEND = "llguidance"
 
-FinishReason = Literal["end", "length"]
+FinishReason = Literal["end", "length", "error"]
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,8 @@ class Sample:
     """One sampled script and how its generation ended.
 
     ``finish_reason`` is "end" when the end marker or EOS ended it (the grammar allows them only
-    where a script may end) and "length" when ``max_new_tokens`` ran out first.
+    where a script may end), "length" when ``max_new_tokens`` ran out first, and "error" when
+    the sampler could not go on (the process holding the live schedule crashed).
     ``forced_tokens`` counts tokens the sampler chose during the wind-down instead of the model:
     such a sample ends where the grammar allows, but its end was written by the sampler.
     """

@@ -88,7 +88,7 @@ class ScheduleAwareResult:
     logprobs: list[float]        # under the mask applied (and the temperature)
     forced: list[bool]
     text: str
-    finish_reason: str           # "end" or "length"
+    finish_reason: str           # "end", "length", or "error" (the schedule holder crashed)
     statements: int              # statements applied
     resampled: int               # statements rolled back and sampled again
     applies: bool                # every statement, postproc auto included, applied
@@ -269,6 +269,7 @@ class _Decoder:
             # The schedule is gone with its process: this sample ends with the script so far.
             self._roll_back(row)
             row.error, row.failed, row.finished, row.plan = str(exc), True, True, []
+            row.finish_reason = "error"
             return False
         finally:
             self.stats.replay_seconds.append(time.perf_counter() - start)
