@@ -266,15 +266,18 @@ def _train(config: SFTRunConfig, run: Path, data: dict[str, Any], checkpoint: st
         tokenizer = make_tokenizer(config, data["train"])  # deterministic: the same everywhere
     texts = [t for split in data.values() for col in ("prompt", "completion") for t in split[col]]
     check_tokenizer(tokenizer, texts)
-    prompts = [len(tokenizer(p, add_special_tokens=False).input_ids)
-               for p in data["train"]["prompt"]]
     lengths = [len(tokenizer(p + c, add_special_tokens=False).input_ids) + 1
                for p, c in zip(data["train"]["prompt"], data["train"]["completion"],
                                strict=True)]
     truncated = sum(n > config.max_length for n in lengths)
-    if min(prompts) >= config.max_length:
-        raise RunError(f"max_length {config.max_length} leaves no completion token to learn: "
-                       f"every train prompt is longer (the shortest has {min(prompts)} tokens)")
+    for split, rows in data.items():
+        # TRL drops the examples whose completion is cut off entirely: none may be left.
+        shortest = min((len(tokenizer(p, add_special_tokens=False).input_ids)
+                        for p in rows["prompt"]), default=0)
+        if len(rows) and shortest >= config.max_length:
+            raise RunError(f"max_length {config.max_length} leaves no completion token: every "
+                           f"{split} prompt is as long or longer (the shortest has {shortest} "
+                           "tokens)")
     # The run's first files, once nothing above refused it (a refused run leaves no run behind).
     if main:
         write_config(config, run)
