@@ -131,6 +131,9 @@ def load_yaml(path: str | Path, kind: type) -> dict[str, Any]:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a YAML text file (byte {exc.start} is not UTF-8)") \
+            from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not YAML: {exc}") from None
     data = {} if data is None else data

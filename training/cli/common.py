@@ -66,9 +66,11 @@ def model_path(value: str | None) -> str:
 
 def load_model(path: str):
     """The model and tokenizer of a local directory; UsageError when they do not load (a
-    truncated weights file, a config that does not match the weights, no tokenizer)."""
+    truncated weights file, a config that does not match the weights, no tokenizer) or the
+    tokenizer has more tokens than the model's embedding (another model's tokenizer)."""
     from transformers.utils import logging as hf_logging
 
+    from training.models.tokenizer import vocab_mismatch
     from training.sampling import load
 
     verbosity = hf_logging.get_verbosity()
@@ -76,7 +78,7 @@ def load_model(path: str):
     hf_logging.set_verbosity_error()  # not transformers' load report: one line says it
     hf_logging.disable_progress_bar()  # nor its bar over the weights, which takes no time
     try:
-        return load(path)
+        model, tokenizer = load(path)
     except Exception as exc:  # noqa: BLE001  transformers, safetensors and torch all raise
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
                      type(exc).__name__)
@@ -87,3 +89,7 @@ def load_model(path: str):
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
+    wrong = vocab_mismatch(tokenizer, model)
+    if wrong:
+        raise UsageError(f"--model {path}: {wrong}")
+    return model, tokenizer

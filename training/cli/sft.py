@@ -8,8 +8,11 @@
 The config is a preset, then ``--config FILE.yaml``'s fields, then the flags given (every field
 of ``SFTRunConfig`` is a flag).  ``--resume`` reads ``RUN/config.yaml`` back and continues from
 the newest checkpoint; ``--validate`` only checks the config and prints it.  Exit codes
-(``ExitCode``): 0 trained (or valid), 2 usage errors (bad flags, a config field out of range,
-missing data, a run directory that already holds a run).
+(``ExitCode``): 0 trained (or valid, or ``--resume`` of a finished run: nothing to train), 2
+usage errors (bad flags, a config field out of range or not finite, missing or damaged data,
+a model or checkpoint that does not load, a run directory that already holds a run, is in use
+by another run or cannot be written, a model too large for this machine's memory, a loss that
+stopped being finite).
 """
 
 from __future__ import annotations

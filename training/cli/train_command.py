@@ -6,7 +6,9 @@ per config field; only the field flags given count, over the preset and the file
 the config is resolved (or, with ``--resume``, read back from ``RUN/config.yaml``) and checked
 by the dataclass itself; ``--validate`` prints it; otherwise the run function trains and its
 result is printed, one line or JSON.  A bad config or a run that cannot start is a
-``UsageError`` (exit code 2).
+``UsageError`` (exit code 2).  ``--resume`` on a finished run (it saved ``final/`` and
+``result.json``, and no larger ``--max-steps`` is given) trains nothing, says so and exits 0
+(with ``--json``, printing its ``result.json``).
 
 >>> from training.train import PRESETS, SFTRunConfig, resolve, resumed_config, run_sft
 >>> command = TrainCommand(SFTRunConfig, PRESETS, resolve, resumed_config, run_sft, str)
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dragon_dsl.cli_kit import ExitCode, UsageError, add_config_arguments, given_flags
-from training.train.run_dir import RunError
+from training.train.run_dir import RunError, RunFinished
 from training.train.sft_config import ConfigError, config_dict
 
 __all__ = ["TrainCommand", "number"]
@@ -75,6 +77,9 @@ class TrainCommand:
             # The Trainer prints its logs on stdout; with --json, stdout is the summary alone.
             with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
                 result = self.run(config, resume=args.resume, progress=not args.quiet)
+        except RunFinished as exc:  # --resume on a finished run: nothing to do, and no error
+            print(json.dumps(exc.result, indent=2) if args.json else str(exc))
+            return ExitCode.OK
         except RunError as exc:
             raise UsageError(str(exc)) from None
         print(json.dumps(result.as_dict(), indent=2) if args.json else self.summary(result))

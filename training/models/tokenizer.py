@@ -35,8 +35,10 @@ __all__ = [
     "openai_tokenizer",
     "prompt_texts",
     "script_corpus",
+    "tiny_config",
     "tiny_model",
     "train_tokenizer",
+    "vocab_mismatch",
 ]
 
 BOS_TOKEN = "<s>"
@@ -221,6 +223,22 @@ def _has_bytes(encoding: Any, rank: int) -> bool:
     return True
 
 
+def tiny_config(vocab_size: int, **config: Any):
+    """The ``LlamaConfig`` of ``tiny_model`` for a vocabulary of ``vocab_size`` (no tokenizer
+    needed: what a run's memory is estimated from); keyword arguments override its fields.
+
+    >>> tiny_config(300, hidden_size=32).intermediate_size
+    128
+    """
+    from transformers import LlamaConfig
+
+    fields = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                  max_position_embeddings=2048, tie_word_embeddings=True)
+    fields.update(config)
+    return LlamaConfig(**fields)
+
+
 def tiny_model(tokenizer, **config: Any):
     """An untrained ``LlamaForCausalLM`` sized for tests (hidden 64, 2 layers) that matches
     ``tokenizer``; keyword arguments override ``LlamaConfig`` fields.
@@ -228,16 +246,22 @@ def tiny_model(tokenizer, **config: Any):
     >>> tiny_model(train_tokenizer(["x\\n"], vocab_size=300)).config.hidden_size
     64
     """
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    fields = dict(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128,
-                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-                  max_position_embeddings=2048, tie_word_embeddings=True,
-                  bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                  pad_token_id=tokenizer.pad_token_id)
-    fields.update(config)
-    model = LlamaForCausalLM(LlamaConfig(**fields))
+    fields = dict(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                  pad_token_id=tokenizer.pad_token_id, **config)
+    model = LlamaForCausalLM(tiny_config(len(tokenizer), **fields))
     model.generation_config.bos_token_id = fields["bos_token_id"]
     model.generation_config.eos_token_id = fields["eos_token_id"]
     model.generation_config.pad_token_id = fields["pad_token_id"]
     return model.eval()
+
+
+def vocab_mismatch(tokenizer, model) -> str | None:
+    """Why ``tokenizer`` cannot drive ``model`` (it has token ids past the model's embedding
+    rows: another model's tokenizer), or None when it fits."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        return (f"the tokenizer has {len(tokenizer)} tokens but the model's embedding only "
+                f"{rows} rows (a tokenizer of another model?)")
+    return None

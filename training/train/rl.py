@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import math
 import os
 import statistics
@@ -50,11 +49,17 @@ from training.train.run_dir import (
     MetricsCallback,
     RunError,
     data_target,
+    finite_loss_callback,
     is_main_process,
+    load_dataset_dir,
+    load_model_dir,
     lora_config,
     metrics_callback,
     model_dir,
     read_config,
+    read_metrics,
+    repair_metrics,
+    run_lock,
     save_final,
     start_run,
     write_config,
@@ -67,8 +72,9 @@ if TYPE_CHECKING:
 
     from training.sampling.rollout import ScheduleRollout
 
-__all__ = ["MeasuredReward", "RLResult", "build_grpo_trainer", "data_target", "load_prompts",
-           "model_dir", "resumed_rl_config", "run_rl", "workload_of"]
+__all__ = ["MeasuredReward", "RLResult", "build_grpo_trainer", "check_device",
+           "check_source_memory", "data_target", "load_prompts", "model_dir",
+           "resumed_rl_config", "run_rl", "workload_of"]
 
 CACHE_FILE = "measure-cache.sqlite"
 
@@ -101,16 +107,16 @@ def load_prompts(config: RLRunConfig) -> Any:
     """A ``Dataset`` of distinct prompts (``prompt``, ``workload``, ``start_script`` ("" for
     construction), ``task``) from the train splits of ``config.tasks``, shuffled with the seed;
     with ``max_prompts``, the first ones taken from the tasks in turn."""
-    from datasets import Dataset, load_from_disk
+    from datasets import Dataset
 
     root = Path(config.data)
     per_task: list[list[dict[str, str]]] = []
     for task in config.task_list:
         path = root / task
-        if not (path / "dataset_dict.json").is_file():
-            raise RunError(f"no {task} dataset in {root} (expected {path}/ written by "
-                           "`dragon datagen`)")
-        train = load_from_disk(str(path))["train"].shuffle(seed=config.seed)
+        data = load_dataset_dir(path, task, root)  # in memory: nothing written into the input
+        if "train" not in data or not {"prompt", "workload"} <= set(data["train"].column_names):
+            raise RunError(f"{path} has no train split of prompts and workloads")
+        train = data["train"].shuffle(seed=config.seed)
         seen: set[str] = set()
         rows = []
         for row in train:
@@ -241,7 +247,7 @@ def build_grpo_trainer(config: RLRunConfig, model: PreTrainedModel,
     return GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward],
                        args=args, train_dataset=prompts, rollout_func=rollout,
                        peft_config=lora_config(config),
-                       callbacks=[metrics_callback(run, _StepTimes)])
+                       callbacks=[metrics_callback(run, _StepTimes), finite_loss_callback()])
 
 
 def _has_gpu() -> bool:
@@ -256,9 +262,7 @@ def resumed_rl_config(run_dir: str | Path, **overrides: Any) -> RLRunConfig:
 
 
 def _summary(metrics: Path) -> dict[str, Any]:
-    rows = []
-    if metrics.is_file():
-        rows = [json.loads(line) for line in metrics.read_text(encoding="utf-8").splitlines()]
+    rows = read_metrics(metrics)  # a torn last line is skipped
     rewards = [r["reward"] for r in rows if "reward" in r]
     correct = [r["measure/correct_share"] for r in rows if "measure/correct_share" in r]
     steps = [r for r in rows if "time/step_s" in r]
@@ -292,25 +296,65 @@ def run_rl(config: RLRunConfig, *, resume: bool = False, progress: bool = True,
         raise RunError("name the run directory (out)")
     source = model_dir(config.model)
     run = Path(config.out)
-    checkpoint = start_run(run, resume=resume)
-    started = time.time()
+    checkpoint = start_run(run, resume=resume, max_steps=config.max_steps)
     target: Any = config.target or data_target(config.data)
+    if evaluator is None:  # one given measures where it was made to (over RPC, say)
+        check_device(target)
+    check_source_memory(config, source)
+    started = time.time()
     prompts = load_prompts(config)
-    run.mkdir(parents=True, exist_ok=True)
-    if is_main_process():
-        write_config(config, run)
+    with run_lock(run):
+        # Again, now that no other run can start here between the check and the first file.
+        checkpoint = start_run(run, resume=resume, max_steps=config.max_steps)
+        return _train(config, run, source, target, prompts, checkpoint, started,
+                      progress=progress, evaluator=evaluator)
 
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
+
+def check_device(target: Any) -> None:
+    """``RunError`` unless ``target`` is a target whose device this machine has: rewards are
+    measured by running kernels, so a run without it would sample for nothing."""
+    from codegen.measure.devices import create
+
+    try:
+        device = create(target)
+    except (ValueError, TypeError) as exc:  # TargetError
+        raise RunError(f"target: {exc}") from None
+    info = device.describe()
+    if not info.present:
+        raise RunError(f"target {device.ref.target_kind}: this machine has no such device "
+                       f"({info.name}), and rewards are measured by running kernels: train "
+                       "where the device is")
+
+
+def check_source_memory(config: RLRunConfig, source: Path) -> None:
+    """``RunError`` (``ModelTooLarge``) when training the starting model cannot fit in this
+    machine's memory, estimated from its config.json."""
+    from transformers import AutoConfig
+
+    from training.train.memory import check_memory
+
+    try:
+        model_config = AutoConfig.from_pretrained(source, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001  a broken config.json
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
+                     type(exc).__name__)
+        raise RunError(f"cannot load the model from {source}: {first[:300]}") from None
+    check_memory(model_config, full=not config.use_peft, bf16=config.bf16,
+                 deepspeed=bool(config.deepspeed), what=f"the model in {source}")
+
+
+def _train(config: RLRunConfig, run: Path, source: Path, target: Any, prompts: Any,
+           checkpoint: str | None, started: float, *, progress: bool,
+           evaluator: Evaluator | None) -> RLResult:
+    from transformers import set_seed
 
     from training.train.reward import RewardConfig, Rewarder
 
     set_seed(config.seed)
-    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(
-        source, local_files_only=True, dtype=torch.bfloat16 if config.bf16 else "auto")
+    model, tokenizer = load_model_dir(source, bf16=config.bf16)
+    if is_main_process():  # the run's first files, once its model loaded
+        write_config(config, run)
+        repair_metrics(run / METRICS_FILE)
     owned = evaluator is None
     if evaluator is None:
         evaluator = Evaluator(target, builders=config.builders, config=config.measure,

@@ -21,21 +21,25 @@ run directory (``training.train.run_dir``)::
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from training.models.tokenizer import tiny_model, train_tokenizer
+from training.models.tokenizer import tiny_config, tiny_model, train_tokenizer
 from training.train.run_dir import (
     METRICS_FILE,
     RunError,
+    finite_loss_callback,
     is_main_process,
     last_checkpoint,
+    load_dataset_dir,
     lora_config,
     metrics_callback,
     read_config,
+    read_metrics,
+    repair_metrics,
+    run_lock,
     save_final,
     start_run,
     write_config,
@@ -78,19 +82,20 @@ class SFTResult:
 def load_examples(config: SFTRunConfig) -> dict[str, Any]:
     """``{"train": Dataset, "validation": Dataset}`` of prompt/completion rows, the tasks of
     ``config.tasks`` concatenated (train shuffled with the seed)."""
-    from datasets import concatenate_datasets, load_from_disk
+    from datasets import concatenate_datasets
 
     root = Path(config.data)
     splits: dict[str, list] = {"train": [], "validation": []}
     for task in config.task_list:
         path = root / task
-        if not (path / "dataset_dict.json").is_file():
-            raise RunError(f"no {task} dataset in {root} (expected {path}/ written by "
-                           "`dragon datagen`)")
-        data = load_from_disk(str(path))
+        data = load_dataset_dir(path, task, root)  # in memory: nothing written into the input
         for split in splits:
             if split not in data:
                 raise RunError(f"{path} has no {split} split")
+            columns = set(data[split].column_names)
+            if not {"prompt", "completion"} <= columns:
+                raise RunError(f"{path}: its {split} split has no prompt and completion "
+                               f"columns (it has {sorted(columns)})")
             splits[split].append(data[split].select_columns(["prompt", "completion"]))
     train = concatenate_datasets(splits["train"]).shuffle(seed=config.seed)
     validation = concatenate_datasets(splits["validation"])
@@ -134,16 +139,40 @@ def make_model(config: SFTRunConfig, tokenizer: PreTrainedTokenizerBase) -> Any:
 
     if config.model == TINY:
         torch.manual_seed(config.seed)
-        model = tiny_model(tokenizer, hidden_size=config.hidden_size,
-                           intermediate_size=4 * config.hidden_size,
-                           num_hidden_layers=config.layers, num_attention_heads=config.heads,
-                           num_key_value_heads=config.heads,
-                           max_position_embeddings=config.max_length)
+        model = tiny_model(tokenizer, **_tiny_fields(config))
         return model.train()
     from transformers import AutoModelForCausalLM
 
     dtype = torch.bfloat16 if config.bf16 else "auto"
     return AutoModelForCausalLM.from_pretrained(config.model, local_files_only=True, dtype=dtype)
+
+
+def _tiny_fields(config: SFTRunConfig) -> dict[str, int]:
+    return dict(hidden_size=config.hidden_size, intermediate_size=4 * config.hidden_size,
+                num_hidden_layers=config.layers, num_attention_heads=config.heads,
+                num_key_value_heads=config.heads, max_position_embeddings=config.max_length)
+
+
+def check_model_memory(config: SFTRunConfig) -> None:
+    """``RunError`` (``ModelTooLarge``) when training the config's model cannot fit in this
+    machine's memory, estimated from its config alone (``training.train.memory``)."""
+    from training.train.memory import check_memory
+
+    if config.model == TINY:
+        model_config = tiny_config(config.vocab_size, **_tiny_fields(config))
+        what = f"the tiny model (hidden_size {config.hidden_size}, layers {config.layers})"
+    else:
+        from transformers import AutoConfig
+
+        try:
+            model_config = AutoConfig.from_pretrained(config.model, local_files_only=True)
+        except Exception as exc:  # noqa: BLE001  a missing or broken config.json
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
+                         type(exc).__name__)
+            raise RunError(f"cannot load the model from {config.model}: {first[:300]}") from None
+        what = f"the model in {config.model}"
+    check_memory(model_config, full=not config.use_peft, bf16=config.bf16,
+                 deepspeed=bool(config.deepspeed), what=what)
 
 
 def build_trainer(config: SFTRunConfig, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
@@ -177,7 +206,7 @@ def build_trainer(config: SFTRunConfig, model: PreTrainedModel, tokenizer: PreTr
     return SFTTrainer(model=model, args=args, train_dataset=data["train"],
                       eval_dataset=data["validation"] if evaluate else None,
                       processing_class=tokenizer, peft_config=lora_config(config),
-                      callbacks=[metrics_callback(run)])
+                      callbacks=[metrics_callback(run), finite_loss_callback()])
 
 
 def resumed_config(run_dir: str | Path, **overrides: Any) -> SFTRunConfig:
@@ -187,15 +216,13 @@ def resumed_config(run_dir: str | Path, **overrides: Any) -> SFTRunConfig:
 
 def _summary(metrics: Path) -> dict[str, Any]:
     losses, evals, speeds = [], [], []
-    if metrics.is_file():
-        for line in metrics.read_text(encoding="utf-8").splitlines():
-            row = json.loads(line)
-            if "loss" in row:
-                losses.append(row["loss"])
-            if "eval_loss" in row:
-                evals.append(row["eval_loss"])
-            if "tokens_per_second" in row:
-                speeds.append(row["tokens_per_second"])
+    for row in read_metrics(metrics):  # a torn last line is skipped
+        if "loss" in row:
+            losses.append(row["loss"])
+        if "eval_loss" in row:
+            evals.append(row["eval_loss"])
+        if "tokens_per_second" in row:
+            speeds.append(row["tokens_per_second"])
     return {"first_loss": losses[0] if losses else None,
             "last_loss": losses[-1] if losses else None,
             "first_eval_loss": evals[0] if evals else None,
@@ -214,29 +241,49 @@ def run_sft(config: SFTRunConfig, *, resume: bool = False, progress: bool = True
     if config.model != TINY and not Path(config.model).is_dir():
         raise RunError(f"no local model directory {config.model} (nothing is downloaded)")
     run = Path(config.out)
-    checkpoint = start_run(run, resume=resume)
+    checkpoint = start_run(run, resume=resume, max_steps=config.max_steps)
+    check_model_memory(config)
     # Under `accelerate launch` every process runs this; the first one writes the files.
-    main = is_main_process()
     started = time.time()
     data = load_examples(config)
-    run.mkdir(parents=True, exist_ok=True)
-    if main:
-        write_config(config, run)
+    with run_lock(run):
+        # Again, now that no other run can start here between the check and the first file.
+        checkpoint = start_run(run, resume=resume, max_steps=config.max_steps)
+        return _train(config, run, data, checkpoint, started, resume=resume,
+                      progress=progress)
+
+
+def _train(config: SFTRunConfig, run: Path, data: dict[str, Any], checkpoint: str | None,
+           started: float, *, resume: bool, progress: bool) -> SFTResult:
+    main = is_main_process()
     tokenizer_dir = run / "tokenizer"
-    if resume and tokenizer_dir.is_dir():
+    made = not (resume and tokenizer_dir.is_dir())
+    if not made:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
     else:
         tokenizer = make_tokenizer(config, data["train"])  # deterministic: the same everywhere
-        if main:
-            tokenizer.save_pretrained(tokenizer_dir)
     texts = [t for split in data.values() for col in ("prompt", "completion") for t in split[col]]
     check_tokenizer(tokenizer, texts)
     lengths = [len(tokenizer(p + c, add_special_tokens=False).input_ids) + 1
                for p, c in zip(data["train"]["prompt"], data["train"]["completion"],
                                strict=True)]
     truncated = sum(n > config.max_length for n in lengths)
+    for split, rows in data.items():
+        # TRL drops the examples whose completion is cut off entirely: none may be left.
+        shortest = min((len(tokenizer(p, add_special_tokens=False).input_ids)
+                        for p in rows["prompt"]), default=0)
+        if len(rows) and shortest >= config.max_length:
+            raise RunError(f"max_length {config.max_length} leaves no completion token: every "
+                           f"{split} prompt is as long or longer (the shortest has {shortest} "
+                           "tokens)")
+    # The run's first files, once nothing above refused it (a refused run leaves no run behind).
+    if main:
+        write_config(config, run)
+        repair_metrics(run / METRICS_FILE)
+        if made:
+            tokenizer.save_pretrained(tokenizer_dir)
 
     from transformers import set_seed
 

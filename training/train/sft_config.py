@@ -22,6 +22,8 @@ dragon_dsl.configs.ConfigError: Expected learning_rate > 0 but got learning_rate
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,6 +85,18 @@ def check_scale(config: TrainerScale) -> None:
     if config.deepspeed:
         need(deepspeed_path(config.deepspeed).is_file(), "deepspeed",
              "a DeepSpeed JSON file (a path, or a name in training/configs/)")
+        need(_json_object(deepspeed_path(config.deepspeed)), "deepspeed",
+             "a DeepSpeed JSON file (a JSON object)")
+
+
+def _json_object(path: Path, limit: int = 1 << 20) -> bool:
+    """Whether ``path`` holds a JSON object (read up to ``limit`` bytes)."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(limit + 1)
+        return len(data) <= limit and isinstance(json.loads(data), dict)
+    except (OSError, ValueError, RecursionError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -176,7 +190,7 @@ def field_checker(config: Any) -> Callable[[bool, str, str], None]:
 
 def check_types(config: Any) -> None:
     """Raise ``ConfigError`` naming the first field of a config dataclass whose value is not of
-    the field's type (an int is a float; a bool is not an int)."""
+    the field's type (an int is a float; a bool is not an int; a float is finite)."""
     hints = typing.get_type_hints(type(config))
     for f in dataclasses.fields(config):
         value, kind = getattr(config, f.name), hints[f.name]
@@ -186,6 +200,9 @@ def check_types(config: Any) -> None:
         if not ok:
             raise ConfigError(f"Expected {f.name} a {kind.__name__} but got "
                               f"{f.name}={value!r}", field=f.name)
+        if kind is float and not math.isfinite(value):  # inf and nan pass every comparison
+            raise ConfigError(f"Expected {f.name} a finite number but got {f.name}={value!r}",
+                              field=f.name)
 
 
 def deepspeed_path(name: str) -> Path:
