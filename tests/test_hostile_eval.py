@@ -127,6 +127,7 @@ def test_two_model_names_with_one_folder_are_refused_naming_both(server, datagen
     assert len(server.requests) == before  # refused before any request
 
 
+@pytest.mark.slow  # the evaluation it resumes measures for about 30 s
 def test_a_model_whose_folder_a_resumed_evaluation_holds_is_refused(server, datagen_dir,
                                                                     evaluated, tmp_path, capsys):
     out = tmp_path / "out"
@@ -200,6 +201,7 @@ def test_an_out_that_is_a_file_or_unwritable_is_refused_before_any_request(serve
     assert len(server.requests) == before
 
 
+@pytest.mark.slow  # the evaluation it resumes measures for about 30 s
 def test_a_result_that_cannot_be_written_is_shown_and_says_where(server, datagen_dir, evaluated,
                                                                  tmp_path, capsys):
     out = tmp_path / "out"

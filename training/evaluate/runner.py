@@ -324,12 +324,14 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
                           for i, a in enumerate(names) for b in names[i + 1:]}
                    for kind in config.kinds},
                "curves": budget_curves(rows)}
+    where = out / "samples.jsonl"
     try:
-        write_atomic(out / "samples.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-        write_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
+        write_atomic(where, "".join(json.dumps(r) + "\n" for r in rows))
+        where = out / "summary.json"
+        write_atomic(where, json.dumps(summary, indent=1) + "\n")
+        where = out / "report.md"
         write_report(out, summary, rows)
     except OSError as exc:
-        where = exc.filename or out
         raise ResultUnwritten(f"the result above could not be written to {where} "
                               f"({exc.strerror or exc}); the measured rows are kept in "
                               f"{out}/samples/", summary) from None
