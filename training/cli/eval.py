@@ -48,7 +48,7 @@ def _models(values: list[str]) -> dict[str, str]:
 
 
 def cmd_eval(args) -> int:
-    from training.evaluate import EvalConfig, EvalError, TaskError, run_eval
+    from training.evaluate import EvalConfig, EvalError, ResultUnwritten, TaskError, run_eval
     from training.train.run_dir import RunError
     from training.train.sft_config import ConfigError
 
@@ -57,16 +57,24 @@ def cmd_eval(args) -> int:
         with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
             summary = run_eval(_models(args.model), args.data, args.out, target=args.target,
                                config=config, progress=not args.quiet)
+    except ResultUnwritten as exc:
+        _show(exc.summary, args)  # the result is not lost: shown here, then where it is not
+        raise UsageError(str(exc)) from None
     except (EvalError, TaskError, RunError, ConfigError) as exc:
         raise UsageError(str(exc)) from None
+    _show(summary, args)
+    if not args.json:
+        print(f"report: {args.out}/report.md")
+    return ExitCode.OK
+
+
+def _show(summary: dict, args) -> None:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         from training.evaluate.report import markdown
 
         print(markdown(summary).split("\nfast_p:")[0])
-        print(f"report: {args.out}/report.md")
-    return ExitCode.OK
 
 
 def register(subparsers) -> None:

@@ -16,8 +16,10 @@ True
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from training.evaluate.errors import EvalError
 from training.evaluate.http_model import HttpModel
 from training.sampling import load
 from training.sampling.schedule_aware import sample_schedule_aware
@@ -68,12 +70,45 @@ class LocalModel:
     def generate(self, prompt: str, workload: WorkloadLike, target: TargetLike, config: Any,
                  seed: int) -> list[dict[str, Any]]:
         if self._loaded is None:
-            self._loaded = load(self.source)
+            self._loaded = self._load()
         model, tokenizer = self._loaded
         samples = sample_schedule_aware(model, tokenizer, prompt, workload, target,
                                         config.attempt_sampling(seed))
         return [{"script": s.text, "finish_reason": s.finish_reason, "tokens": s.n_tokens,
                  "applies_live": s.applies, "resampled": s.resampled} for s in samples]
 
+    def _load(self) -> tuple[Any, Any]:
+        try:
+            return load(self.source)
+        except Exception as exc:  # noqa: BLE001  transformers, safetensors and torch all raise
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
+                         type(exc).__name__)
+            raise EvalError(f"model {self.name!r}: cannot load {_culprit(Path(self.source))}: "
+                            f"{first[:300]}") from None
+
     def close(self) -> None:
         self._loaded = None
+
+
+def _culprit(folder: Path) -> Path:
+    """The first file of a model folder that does not read (a cut weights file, an edited
+    config), else the folder."""
+    import json
+
+    from safetensors import safe_open
+
+    for file in [folder / "config.json", *sorted(folder.glob("tokenizer*.json"))]:
+        try:
+            json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, RecursionError):
+            return file
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), "pt") as weights:
+                for key in weights.keys():  # noqa: SIM118  (safe_open is not a mapping)
+                    weights.get_slice(key)
+        except Exception:  # noqa: BLE001  safetensors' errors for a cut or foreign file
+            return file
+    return folder

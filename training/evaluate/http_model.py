@@ -15,7 +15,10 @@ an environment variable holding a bearer token (never written to the evaluation'
 
 No schedule-aware decoding here: an attempt is measured as the server wrote it.  Every failure
 (connection refused, HTTP 4xx/5xx, a reply that is not a completion, a timeout) is an
-``EvalError`` naming the model and the URL.  Standard library only (``urllib``).
+``EvalError`` naming the model and the URL.  ``timeout`` bounds each request as a whole, from
+connecting to the reply's last byte (a server that drips bytes cannot stretch it), and a reply
+is read to at most ``reply_limit`` bytes and parsed to a bounded depth (``json`` nesting past
+Python's recursion limit is an ``EvalError`` too).  Standard library only (``urllib``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -48,6 +52,20 @@ GRAMMAR_MODES: dict[str, tuple[str | None, tuple[str, ...]]] = {
 }
 _OPTIONS = ("grammar", "timeout", "key_env")
 _FINISH = {"stop": "end", "length": "length"}
+# A reply may hold this much besides its text, plus this many bytes per token asked for (JSON
+# escapes included): a completion of n x max_tokens never comes near; 80 MB of junk does.
+_REPLY_BASE = 1 << 20
+_REPLY_PER_TOKEN = 64
+_CHUNK = 1 << 16
+
+
+def reply_limit(n: int, max_tokens: int) -> int:
+    """The most bytes read of a reply to ``n`` completions of ``max_tokens`` tokens.
+
+    >>> reply_limit(4, 640)
+    1212416
+    """
+    return _REPLY_BASE + n * max_tokens * _REPLY_PER_TOKEN
 
 
 class HttpSpec:
@@ -141,9 +159,10 @@ class HttpModel:
                 prompt, config, config.attempts - len(samples), seed + len(samples)))
             for choice in choices[:config.attempts - len(samples)]:
                 text = choice["text"]
+                reason = choice.get("finish_reason")
+                reason = reason[:40] if isinstance(reason, str) else str(None)
                 samples.append({"script": split_completion(text, require_end=False),
-                                "finish_reason": _FINISH.get(str(choice.get("finish_reason")),
-                                                             str(choice.get("finish_reason"))),
+                                "finish_reason": _FINISH.get(reason, reason),
                                 "completion": text, "grammar": self.spec.grammar})
         return samples
 
@@ -152,14 +171,67 @@ class HttpModel:
 
     def _complete(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """The choices of one request, in index order; EvalError on any failure."""
+        raw = self._post(body, reply_limit(body["n"], body["max_tokens"]))
+        try:
+            reply = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise self._fail(f"the reply is not JSON: {raw[:120]!r}") from None
+        except RecursionError:
+            raise self._fail(f"the reply nests JSON too deeply: {raw[:60]!r}...") from None
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if not isinstance(choices, list) or not choices or not all(
+                isinstance(c, dict) and isinstance(c.get("text"), str) for c in choices):
+            raise self._fail(f"the reply has no completion choices with text: "
+                             f"{raw[:200]!r}")
+        return sorted(choices, key=lambda c: c.get("index", 0)
+                      if isinstance(c.get("index", 0), int) else 0)
+
+    def _post(self, body: dict[str, Any], limit: int) -> bytes:
+        """The reply's bytes, within ``timeout`` seconds in all and ``limit`` bytes; the
+        exchange runs in a thread so that no server, however slow to drip, holds us longer."""
         headers = {"Content-Type": "application/json"}
         if self.spec.key_env:
             headers["Authorization"] = f"Bearer {os.environ.get(self.spec.key_env, '')}"
         request = urllib.request.Request(self.endpoint, data=json.dumps(body).encode(),
                                          headers=headers, method="POST")
+        result: dict[str, Any] = {}
+        cancelled = threading.Event()
+
+        def exchange() -> None:
+            try:
+                result["raw"] = self._read(request, limit, cancelled)
+            except BaseException as exc:  # noqa: BLE001  handed to the waiting thread
+                result["error"] = exc
+
+        worker = threading.Thread(target=exchange, name=f"eval-http-{self.name}", daemon=True)
+        worker.start()
+        worker.join(self.spec.timeout_s)
+        if worker.is_alive():
+            cancelled.set()  # the worker stops at its next read; nobody waits for it
+            raise self._fail(f"no complete answer within {self.spec.timeout_s:g} s")
+        if "error" in result:
+            raise result["error"]
+        return result["raw"]
+
+    def _read(self, request: urllib.request.Request, limit: int,
+              cancelled: threading.Event) -> bytes:
         try:
             with urllib.request.urlopen(request, timeout=self.spec.timeout_s) as response:
-                raw = response.read()
+                length = response.headers.get("Content-Length")
+                if length and length.isdigit() and int(length) > limit:
+                    raise self._fail(f"the reply would be {int(length)} bytes, more than the "
+                                     f"{limit} a completion of this request can need")
+                chunks, size = [], 0
+                while not cancelled.is_set():
+                    chunk = response.read1(_CHUNK)
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > limit:
+                        raise self._fail(f"the reply is longer than the {limit} bytes a "
+                                         "completion of this request can need")
+                    chunks.append(chunk)
+                return b"".join(chunks)
         except urllib.error.HTTPError as exc:
             detail = exc.read(400).decode("utf-8", "replace").strip()
             hint = (" (a server that takes no grammar: add ?grammar=none)"
@@ -174,14 +246,3 @@ class HttpModel:
             raise self._fail(f"no answer within {self.spec.timeout_s:g} s") from None
         except (OSError, ValueError) as exc:  # a connection reset, a malformed status line
             raise self._fail(f"{type(exc).__name__}: {exc}") from None
-        try:
-            reply = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise self._fail(f"the reply is not JSON: {raw[:120]!r}") from None
-        choices = reply.get("choices") if isinstance(reply, dict) else None
-        if not isinstance(choices, list) or not choices or not all(
-                isinstance(c, dict) and isinstance(c.get("text"), str) for c in choices):
-            raise self._fail(f"the reply has no completion choices with text: "
-                             f"{json.dumps(reply)[:200]}")
-        return sorted(choices, key=lambda c: c.get("index", 0)
-                      if isinstance(c.get("index", 0), int) else 0)

@@ -30,7 +30,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import re
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -56,7 +59,7 @@ if TYPE_CHECKING:
     from codegen.targets import TargetLike
     from codegen.workloads.workload import WorkloadLike
 
-__all__ = ["EvalConfig", "EvalError", "run_eval"]
+__all__ = ["EvalConfig", "EvalError", "ResultUnwritten", "run_eval"]
 
 MANIFEST = "eval.json"
 
@@ -69,7 +72,7 @@ class EvalConfig:
     kinds: tuple[str, ...] = field(default=KINDS, metadata={
         "help": "Task kinds to evaluate.", "choices": KINDS, "nargs": "+"})
     max_tasks: int | None = field(default=None, metadata={
-        "help": "At most this many tasks of each kind (the first ones)."})
+        "help": "At most this many tasks of each kind (the first ones); unset: all."})
     attempts: int = field(default=4, metadata={"help": "Scripts sampled per task and model."})
     sampling: SamplingConfig = field(
         default_factory=lambda: SamplingConfig(top_p=0.95, max_new_tokens=640), metadata={
@@ -97,6 +100,13 @@ class EvalConfig:
             raise EvalError(f"Expected kinds among {KINDS} but got {bad}")
         if self.attempts < 1:
             raise EvalError(f"Expected attempts >= 1 but got attempts={self.attempts}")
+        if self.max_tasks is not None and self.max_tasks < 1:
+            raise EvalError(f"Expected max_tasks >= 1 (leave it unset for all tasks) but got "
+                            f"max_tasks={self.max_tasks}")
+        if self.builders is not None and self.builders < 1:
+            raise EvalError(f"Expected builders >= 1 but got builders={self.builders}")
+        if not 0 <= self.tie < math.inf:
+            raise EvalError(f"Expected a finite tie >= 0 but got tie={self.tie}")
         if self.search_population < 1:
             raise EvalError(f"Expected search_population >= 1 but got "
                             f"search_population={self.search_population}")
@@ -124,6 +134,43 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
+def _check_folders(names) -> None:
+    """Each model's files go to ``OUT/*/<slug of its name>/``: two names with one slug would
+    read each other's scripts, so they are refused, as is a name that is no folder."""
+    held: dict[str, str] = {}
+    for name in names:
+        folder = _slug(name)
+        if folder in (".", ".."):
+            raise EvalError(f"the model name {name!r} cannot name a folder; name it "
+                            "differently (NAME=PATH)")
+        other = held.setdefault(folder, name)
+        if other != name:
+            raise EvalError(f"the models {other!r} and {name!r} would share the folder "
+                            f"{folder!r}; name one of them differently (NAME=PATH)")
+
+
+def _check_writable(out: Path) -> None:
+    """``out`` is, or can be made, a folder this process writes in: checked before any work."""
+    if out.exists() and not out.is_dir():
+        raise EvalError(f"--out {out}: not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise EvalError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+
+
+class ResultUnwritten(EvalError):
+    """The evaluation ran but its summary or report could not be written; ``summary`` holds
+    the result, to be shown instead."""
+
+    def __init__(self, message: str, summary: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.summary = summary
+
+
 def _task_seed(seed: int, task: EvalTask) -> int:
     return seed + int(hashlib.sha256(task.id.encode()).hexdigest()[:8], 16)
 
@@ -144,8 +191,12 @@ class _Files:
 
     def _write(self, model: str, task: EvalTask, text: str) -> None:
         path = self.path(model, task)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(str(path), text)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(str(path), text)
+        except OSError as exc:
+            raise EvalError(f"cannot write {path} ({exc.strerror or exc}); the task's scripts "
+                            "are measured again by a rerun") from None
 
 
 class _Store(_Files):
@@ -188,7 +239,11 @@ def _check_manifest(out: Path, manifest: dict[str, Any]) -> None:
                                  if was.get(k) != now.get(k)} for d in (was, now))
                 raise EvalError(f"{out} holds an evaluation with another {key}: it was "
                                 f"{was!r}, now {now!r}; use a new --out")
-        for name, path_ in held.get("models", {}).items():
+        held_models = held.get("models", {})
+        if not isinstance(held_models, dict):
+            raise EvalError(f"{path}: 'models' is not a mapping")
+        _check_folders([*held_models, *(m for m in manifest["models"] if m not in held_models)])
+        for name, path_ in held_models.items():
             if manifest["models"].get(name, path_) != path_:
                 hint = ("use a new --out" if name == metaschedule.NAME
                         else "name it differently")
@@ -228,8 +283,10 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     if metaschedule.NAME in models:
         raise EvalError(f"the model name {metaschedule.NAME!r} stands for MetaSchedule's "
                         "search; name your model differently (NAME=PATH)")
+    _check_folders(models)
     config = config or EvalConfig()
     out = Path(out)
+    _check_writable(out)
     generators = {name: create(name, spec) for name, spec in models.items()}
     dirs = {name: g.source for name, g in generators.items()}
     rivals = {**dirs, **({metaschedule.NAME: metaschedule.describe(config.search_population)}
@@ -244,7 +301,6 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
     tasks = load_tasks(data, config.split, config.kinds, max_tasks=config.max_tasks)
     if not tasks:
         raise EvalError(f"the {config.split!r} split of {data} holds no tasks")
-    out.mkdir(parents=True, exist_ok=True)
     _check_manifest(out, {"data": str(Path(data).resolve()), "target": target,
                           "settings": config.settings(), "models": rivals})
     store = _Store(out)
@@ -260,8 +316,6 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
         if owned:
             evaluator.close()
     rows = store.rows(names, tasks)
-    with open(out / "samples.jsonl", "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
     summary = {"models": rivals, "target": target, "split": config.split,
                "tasks": {k: sum(t.kind == k for t in tasks) for k in config.kinds},
                "attempts": config.attempts, "by_model": summarize(rows),
@@ -270,8 +324,17 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
                           for i, a in enumerate(names) for b in names[i + 1:]}
                    for kind in config.kinds},
                "curves": budget_curves(rows)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    write_report(out, summary, rows)
+    where = out / "samples.jsonl"
+    try:
+        write_atomic(where, "".join(json.dumps(r) + "\n" for r in rows))
+        where = out / "summary.json"
+        write_atomic(where, json.dumps(summary, indent=1) + "\n")
+        where = out / "report.md"
+        write_report(out, summary, rows)
+    except OSError as exc:
+        raise ResultUnwritten(f"the result above could not be written to {where} "
+                              f"({exc.strerror or exc}); the measured rows are kept in "
+                              f"{out}/samples/", summary) from None
     return summary
 
 

@@ -50,10 +50,11 @@ def _digest(text: str) -> str:
 def load_tasks(data: str | Path, split: str = "test", kinds: tuple[str, ...] = KINDS, *,
                max_tasks: int | None = None) -> list[EvalTask]:
     """The distinct tasks of ``split`` in a ``dragon datagen`` output, construction first;
-    ``max_tasks`` caps each kind (the first ones in the dataset's order)."""
-    from datasets import load_from_disk
-
+    ``max_tasks`` caps each kind (the first ones in the dataset's order; None: all)."""
     root = Path(data)
+    if max_tasks is not None and max_tasks < 1:
+        raise TaskError(f"Expected max_tasks >= 1 (None for all tasks) but got "
+                        f"max_tasks={max_tasks}")
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise TaskError(f"Expected kinds among {KINDS} but got {unknown}")
@@ -64,13 +65,12 @@ def load_tasks(data: str | Path, split: str = "test", kinds: tuple[str, ...] = K
         if not (path / "dataset_dict.json").is_file():
             raise TaskError(f"no {kind} dataset in {root}: expected {path}/ written by "
                             "`dragon datagen`")
-        try:
-            rows = load_from_disk(str(path))[split]
-        except KeyError:
-            raise TaskError(f"the {kind} dataset in {path} has no {split!r} split") from None
+        splits = _load(path)
+        if split not in splits:
+            raise TaskError(f"the {kind} dataset in {path} has no {split!r} split")
         seen: set[str] = set()
         kept: list[EvalTask] = []
-        for row in rows:
+        for row in _rows(path, splits[split]):
             start = row.get("start_script") if kind == "refinement" else None
             key = row["workload"] + "\0" + (start or "")
             if key in seen:
@@ -79,20 +79,70 @@ def load_tasks(data: str | Path, split: str = "test", kinds: tuple[str, ...] = K
             task_id = f"{kind}/{row['workload_id']}" + (f"/{_digest(start)}" if start else "")
             kept.append(EvalTask(task_id, kind, row["workload"], row["family"], start,
                                  best.get(row["workload"])))
-        tasks += kept[:max_tasks] if max_tasks else kept
+        tasks += kept if max_tasks is None else kept[:max_tasks]
     return tasks
+
+
+def _load(path: Path) -> Any:
+    """The ``DatasetDict`` saved in ``path``; a TaskError naming the file that does not read
+    (a cut or edited ``dataset_dict.json``, ``state.json`` or arrow file)."""
+    from datasets import load_from_disk
+
+    try:
+        return load_from_disk(str(path))
+    except Exception as exc:  # noqa: BLE001  datasets, json and pyarrow all raise
+        raise TaskError(f"{_culprit(path)}: not a readable dataset file "
+                        f"({_first_line(exc)}); write it again with `dragon datagen`") from None
+
+
+def _rows(path: Path, rows: Any) -> Any:
+    """The rows of a split, each with the columns a task needs."""
+    try:
+        for row in rows:
+            if not all(isinstance(row.get(c), str) for c in ("workload", "workload_id", "family")):
+                raise TaskError(f"{path}: a row lacks the text columns workload, workload_id "
+                                "and family; write it again with `dragon datagen`")
+            yield row
+    except TaskError:
+        raise
+    except Exception as exc:  # noqa: BLE001  a batch past the end of a cut arrow file
+        raise TaskError(f"{_culprit(path)}: not a readable dataset file "
+                        f"({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
+
+
+def _culprit(path: Path) -> Path:
+    """The first file of a saved dataset that does not read, else the dataset's folder."""
+    import json
+
+    import pyarrow as pa
+
+    for file in [path / "dataset_dict.json", *sorted(path.glob("*/*.json"))]:
+        try:
+            json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            return file
+    for file in sorted(path.glob("*/*.arrow")):
+        try:
+            with pa.memory_map(str(file)) as source:
+                pa.ipc.open_stream(source).read_all()
+        except Exception:  # noqa: BLE001  pyarrow's errors for a cut or foreign file
+            return file
+    return path
 
 
 def _metaschedule_best(root: Path) -> dict[str, str]:
     """Workload spec -> the lowest-latency verified construction completion, any split."""
-    from datasets import load_from_disk
-
     path = root / "construction"
     if not (path / "dataset_dict.json").is_file():
         return {}
     best: dict[str, tuple[float, str]] = {}
-    for rows in load_from_disk(str(path)).values():
-        for row in rows:
+    for rows in _load(path).values():
+        for row in _rows(path, rows):
             latency = row.get("latency_s")
             if latency is None or not row.get("verified", True):
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -53,7 +54,7 @@ class SamplingConfig:
         "help": f"Constrained-generation backend, one of {BACKENDS}.", "choices": BACKENDS})
 
     def __post_init__(self) -> None:
-        checks = [("n", self.n >= 1), ("temperature", self.temperature > 0),
+        checks = [("n", self.n >= 1), ("temperature", 0 < self.temperature < math.inf),
                   ("top_p", 0 < self.top_p <= 1), ("max_new_tokens", self.max_new_tokens >= 1),
                   ("batch_size", self.batch_size >= 1), ("wind_down", self.wind_down >= 0)]
         for name, ok in checks:
