@@ -289,3 +289,11 @@ def test_a_binary_config_file_is_refused(dragon_cmd, tmp_path, command):
     config = tmp_path / "config.yaml"
     config.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
     refused(dragon_cmd([command, "--config", config, "--validate"]), str(config), "YAML")
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00binary", b"[" * 100_000])
+def test_a_damaged_datagen_json_is_refused_naming_it(dragon_cmd, datagen_dir, sft_model,
+                                                     tmp_path, content):
+    data = copy_data(datagen_dir, tmp_path / "data")
+    (data / "datagen.json").write_bytes(content)
+    refused(rl(dragon_cmd, sft_model, data, tmp_path / "run"), "datagen.json", "--target")

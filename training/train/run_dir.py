@@ -412,5 +412,8 @@ def data_target(data: str | Path) -> dict[str, Any]:
     path = Path(data) / "datagen.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"))["settings"]["target"]
-    except (OSError, KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise RunError(f"cannot read the data's target from {path}: {exc}; give --target") from None
+    except (OSError, KeyError, TypeError, ValueError, RecursionError) as exc:
+        # ValueError: not UTF-8, or not JSON (JSONDecodeError is one)
+        reason = str(exc)[:200] or type(exc).__name__
+        raise RunError(f"cannot read the data's target from {path}: {reason}; give --target") \
+            from None
