@@ -18,19 +18,24 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  # the main job on the built-in model, against MetaSchedule (a few minutes)
 	$(BIN)/dragon demo
 
+# Tests run in PYTEST_WORKERS processes (pytest-xdist), a file to a worker so that a file's
+# fixtures are built once; 0 runs them in this process.
+PYTEST_WORKERS ?= 2
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=25 tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) --durations=25 tests $(PYTEST_ARGS)
 
 # The slow tests alone, without a GPU (about 25 minutes on 2 cores): a real MetaSchedule tuning,
 # BERT, GPT-2 and Llama against torch, every model's tasks, the demo, Outlines, every pair of
 # the round-trip strategy.  pytest's exit code 5 (nothing selected) means no test is marked
 # slow any more, so `make test` ran them all: that is a pass; any other failure is not.
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -q -m 'slow and not gpu' tests $(PYTEST_ARGS); \
+	$(BIN)/python -m pytest -q $(XDIST) -m 'slow and not gpu' tests $(PYTEST_ARGS); \
 	status=$$?; if [ $$status -eq 5 ]; then echo "no slow tests to run"; exit 0; fi; exit $$status
 
 test-all: $(STAMP)  # also the slow tests
-	$(BIN)/python -m pytest -q -m 'not gpu' tests
+	$(BIN)/python -m pytest -q $(XDIST) -m 'not gpu' tests
 	DRAGON_HYPOTHESIS_PROFILE=thorough $(BIN)/python -m pytest -q tests/test_roundtrip.py
 
 lint: $(STAMP)

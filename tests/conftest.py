@@ -53,13 +53,37 @@ def llvm2_evaluator():
         yield ev
 
 
+def built_once(tmp_path_factory, name: str, build):
+    """``build(folder)``'s result, a path, built once for the whole run: under pytest-xdist
+    (``make test`` runs two workers) the first worker to ask builds it in the run's shared
+    temporary folder while the others wait on a lock, then all read the same files.  Tests
+    only read what it holds (the hostile tests check that nothing writes into it)."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    folder, done = root / f"shared-{name}", root / f"shared-{name}.done"
+    with FileLock(str(root / f"shared-{name}.lock")):
+        if not done.exists():
+            if folder.exists():  # a worker that failed halfway
+                import shutil
+
+                shutil.rmtree(folder)
+            folder.mkdir()
+            done.write_text(str(build(folder)))
+    from pathlib import Path
+
+    return Path(done.read_text())
+
+
 @pytest.fixture(scope="session")
 def datagen_dir(tmp_path_factory):
     """A small `dragon datagen` output from a real search (``tests/tiny_datagen.py``), shared
     by the training tests."""
     from .tiny_datagen import write_datagen
 
-    return write_datagen(tmp_path_factory.mktemp("datagen"))
+    return built_once(tmp_path_factory, "datagen", write_datagen)
 
 
 @pytest.fixture(scope="session")
@@ -68,13 +92,17 @@ def sft_model(datagen_dir, tmp_path_factory):
     seconds), checkpointed at steps 4 and 8; its final/ model is step 8's."""
     from training.train import SFTRunConfig, run_sft
 
-    out = tmp_path_factory.mktemp("sft") / "run"
-    run_sft(SFTRunConfig(data=str(datagen_dir), out=str(out), model="tiny", hidden_size=32,
-                         layers=1, heads=2, vocab_size=400, max_steps=8, learning_rate=1e-2,
-                         lr_scheduler="constant", batch_size=4, max_length=768,
-                         logging_steps=4, eval_steps=0, max_eval_examples=4, save_steps=4,
-                         keep_best=False), progress=False)
-    return out
+    def train(folder):
+        out = folder / "run"
+        run_sft(SFTRunConfig(data=str(datagen_dir), out=str(out), model="tiny", hidden_size=32,
+                             layers=1, heads=2, vocab_size=400, max_steps=8,
+                             learning_rate=1e-2, lr_scheduler="constant", batch_size=4,
+                             max_length=768, logging_steps=4, eval_steps=0,
+                             max_eval_examples=4, save_steps=4, keep_best=False),
+                progress=False)
+        return out
+
+    return built_once(tmp_path_factory, "sft", train)
 
 
 @pytest.fixture
