@@ -39,7 +39,8 @@ STATUSES = ["correct", "parse_error", "apply_error", "incorrect"]
 class FakeServer:
     """``POST /v1/completions``: the served model name chooses the behaviour.  ``good``
     answers every choice asked for, ``one`` one per request (as llama.cpp does), each giving
-    the scripts in turn; ``fail`` answers HTTP 500, ``reject`` 400, ``garbage`` a body that is not JSON, ``empty`` no choices, ``slow`` after 3 s."""
+    the scripts in turn; ``fail`` answers HTTP 500, ``reject`` 400, ``garbage`` a body that
+    is not JSON, ``empty`` no choices, ``slow`` after 3 s."""
 
     def __init__(self, scripts: list[str]) -> None:
         self.requests: list[dict] = []
@@ -66,7 +67,8 @@ class FakeServer:
                            and r["prompt"] == body["prompt"])
                 first = 0 if model != "one" else done
                 choices = [] if model == "empty" else [
-                    {"index": i, "text": scripts[(first + i) % len(scripts)], "finish_reason": "stop"}
+                    {"index": i, "text": scripts[(first + i) % len(scripts)],
+                     "finish_reason": "stop"}
                     for i in range(n)]
                 self._send(200, json.dumps({"object": "text_completion",
                                             "choices": choices}).encode())

@@ -24,7 +24,6 @@ from training.grammars.constraints import (
     expand_ranges,
 )
 from training.grammars.statement import statement_grammar
-from training.models.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
 from training.prompts.templates import construction_prompt
 from training.sampling import (
     SamplingConfig,
@@ -33,6 +32,8 @@ from training.sampling import (
     schedule_aware_generate,
 )
 from training.sampling.live_worker import HolderCrashed, LiveWorker
+
+from .tiny_models import small_model, small_tokenizer
 
 SPECS = ["matmul(m=128,n=128,k=128)", "softmax(m=32,n=64)"]
 
@@ -105,15 +106,12 @@ def test_a_crash_costs_its_row_and_the_others_are_replayed(monkeypatch):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return build_tokenizer(TokenizerConfig(
-        workloads=("matmul(m=64,n=64,k=64)", "softmax(m=32,n=64)"), targets=("llvm",),
-        traces_per_workload=2))
+    return small_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    torch.manual_seed(0)
-    return tiny_model(tokenizer).eval()
+    return small_model(tokenizer)
 
 
 def generate(model, tokenizer, config: ScheduleAwareConfig, n: int = 6, seed: int = 5):

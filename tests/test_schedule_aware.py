@@ -20,10 +20,11 @@ from training.grammars.constraints import (
     expand_ranges,
 )
 from training.grammars.statement import statement_grammar
-from training.models.tokenizer import TokenizerConfig, build_tokenizer, tiny_model
+from training.models.tokenizer import tiny_model
 from training.sampling import SamplingConfig, sample_schedule_aware, schedule_aware_generate
 
 from .test_grammar import _ByteTokenizer
+from .tiny_models import small_model, small_tokenizer
 from .traces import TARGETS, UNSEARCHABLE, WORKLOADS
 
 BYTES = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteTokenizer()))
@@ -142,15 +143,12 @@ SPECS = ["matmul(m=128,n=128,k=128)", "softmax(m=32,n=64)", "conv2d(h=14,w=14,ci
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return build_tokenizer(TokenizerConfig(
-        workloads=("matmul(m=64,n=64,k=64)", "softmax(m=32,n=64)"), targets=("llvm",),
-        traces_per_workload=2))
+    return small_tokenizer()
 
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    torch.manual_seed(0)
-    return tiny_model(tokenizer).eval()
+    return small_model(tokenizer)
 
 
 @pytest.fixture(scope="module")
