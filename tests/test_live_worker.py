@@ -89,6 +89,9 @@ def test_a_crash_costs_its_row_and_the_others_are_replayed(monkeypatch):
         with pytest.raises(HolderCrashed, match="crashed applying `tile j") as crash:
             holder.step(a, "tile j [8, 16] -> j0, j1")
         assert "exited with status 255" in str(crash.value)
+        # What the worker wrote as it died is in the message; the job before it wrote nothing.
+        assert str(crash.value).endswith("InternalError: Check failed: (planted) is false: "
+                                         "Cannot find type info for type_index=999")
         after = holder.step(b, "parallel i0")  # replayed in a new worker first
         assert isinstance(after, LiveView)
         assert after.statements == before.statements + 1
@@ -167,6 +170,7 @@ def test_a_crashing_statement_fails_its_sample_and_the_batch_completes(model, to
             assert b.error.startswith(f"the schedule holder crashed applying `{statement}`"), \
                 b.error
             assert "exited with status 255" in b.error
+            assert "Cannot find type info for type_index=999" in b.error  # TVM's own words
             assert a.text.startswith(b.text)  # the script up to the statement that crashed
         else:  # the others, replayed in the new worker, complete as they did without a crash
             assert b.applies and b.finish_reason == "end" and b.text == a.text, (i, b.error)

@@ -6,7 +6,9 @@ A worker runs ``codegen.measure.worker_main`` (without torch), exchanging the ty
 process group (a job's children, such as nvcc, die with it), exits when its parent dies (a
 watcher thread: PR_SET_PDEATHSIG would tie it to the thread that started it), and reports which
 stage a job has reached, so a crash is attributed to the stage (apply, build, load, run) where
-it happened.
+it happened.  What a worker writes to stderr during a job (TVM's native crash text, which has no
+Python traceback) goes to an unnamed temporary file emptied as each job starts, and the last
+lines of it are part of the crash's message.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from multiprocessing.connection import Connection
 
@@ -85,6 +88,7 @@ class Worker:
         self.memory_limit_mb = memory_limit_mb
         self.proc: subprocess.Popen | None = None
         self.stage: str | None = None  # the stage the current job has reached
+        self._stderr = None  # the worker's stderr: a temporary file, emptied at each job
 
     @property
     def pid(self) -> int | None:
@@ -94,11 +98,12 @@ class Worker:
         parent_r, child_w = os.pipe()
         child_r, parent_w = os.pipe()
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        if not os.environ.get("DRAGON_WORKER_STDERR"):  # set: the worker writes to ours
+            self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT, str(child_r), str(child_w)],
             pass_fds=(child_r, child_w), env=env, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=None if os.environ.get("DRAGON_WORKER_STDERR") else subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=self._stderr,
             start_new_session=True, close_fds=True)
         os.close(child_r)
         os.close(child_w)
@@ -120,6 +125,9 @@ class Worker:
             self.start()
         assert self.proc is not None
         stage = self.stage = _JOB_STAGES.get(type(job).__name__, "job")
+        if self._stderr is not None:  # the worker shares the offset: it writes from 0 again
+            self._stderr.seek(0)
+            self._stderr.truncate()
         self._writer.send_bytes(encode(job))
         deadline = time.monotonic() + timeout
         while True:
@@ -162,11 +170,23 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        said = self._last_words()
         self.close()
         if code < 0:
             name = signal.Signals(-code).name
-            return JobCrashed(stage, f"killed by {name}", name)
-        return JobCrashed(stage, f"exited with status {code}")
+            return JobCrashed(stage, f"killed by {name}{said}", name)
+        return JobCrashed(stage, f"exited with status {code}{said}")
+
+    def _last_words(self, lines: int = 3, chars: int = 400) -> str:
+        """The last non-blank lines the worker wrote to stderr during this job, as ``": ..."``
+        (at most ``chars`` characters), or ""."""
+        if self._stderr is None:
+            return ""
+        size = os.fstat(self._stderr.fileno()).st_size
+        tail = os.pread(self._stderr.fileno(), 4096, max(0, size - 4096))
+        kept = [ln.strip() for ln in tail.decode("utf-8", "replace").splitlines() if ln.strip()]
+        text = " | ".join(kept[-lines:])
+        return f": {text[-chars:]}" if text else ""
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -190,6 +210,9 @@ class Worker:
                 conn.close()
         self._reader = self._writer = None  # type: ignore[assignment]
         self.proc = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
     def __enter__(self) -> Worker:
         self.start()
