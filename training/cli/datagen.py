@@ -57,8 +57,13 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
     rules = args.rules or default_rules(tgt)
     if args.workload:
         specs = list(args.workload)
-    elif args.sample:
-        specs = sample_workloads(args.sample, seed=args.workload_seed)
+    elif args.sample is not None:
+        try:
+            specs = sample_workloads(args.sample, seed=args.workload_seed)
+        except ValueError as exc:  # WorkloadError: a count that is not in 1..available
+            raise UsageError(f"--sample {args.sample}: {exc}") from None
+        if not specs:
+            raise UsageError(f"Expected --sample >= 1 but got --sample {args.sample}")
     elif chosen:
         specs = chosen.specs(seed=args.workload_seed)
     else:
@@ -100,6 +105,12 @@ def _pool(args, settings):
     if args.workers < 1:
         raise UsageError(f"Expected --workers >= 1 but got --workers {args.workers}")
     if args.ray_address:
+        from training.datagen.ray_pool import RayUnreachable, check_address
+
+        try:  # Ray itself retries an address nobody answers for ever, deaf to Ctrl-C
+            check_address(args.ray_address)
+        except RayUnreachable as exc:
+            raise UsageError(f"--ray-address {exc}") from None
         return RayPool(args.ray_address, settings, retries=args.retries,
                        cpus_per_task=args.cpus_per_task)
     return LocalPool(args.workers, settings, retries=args.retries)
@@ -109,9 +120,14 @@ def cmd_datagen(args) -> int:
     from training.datagen.generate import generate
     from training.datagen.runner import RunnerSettings
 
+    from dragon_dsl.files import unwritable
+
     out = args.out
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"{out} exists and is not a directory")
+    problem = unwritable(out, folder=True)  # now, not after hours of search
+    if problem:
+        raise UsageError(f"--out {problem}")
     if args.from_database:
         return _from_database(args)
     tasks, settings, chosen = _tasks(args)
@@ -134,6 +150,11 @@ def cmd_datagen(args) -> int:
                           progress=not args.quiet)
     except DataError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # the disk filled or the folder was taken away during the run
+        print(f"dragon: cannot write to --out {out}: {exc.strerror or exc} ({exc.filename or out}); "
+              "the tasks committed before stay, and the same command continues the run",
+              file=sys.stderr)
+        return ExitCode.FINDINGS
     print(f"datagen: {report.ran} tasks run ({report.failed} failed), {report.skipped} already "
           f"done; {report.records} candidates measured ({report.correct} correct) in "
           f"{report.seconds:.0f} s", file=sys.stderr)
