@@ -197,7 +197,7 @@ def _from_database(args) -> int:
                 "measure": measure.fingerprint() if measure else None,
                 "holdout_families": []}
     store = RecordStore(out)
-    imported = correct = 0
+    imported = correct = changed = 0
     try:
         os.makedirs(out, exist_ok=True)
         check_manifest(out, settings, [])
@@ -217,6 +217,7 @@ def _from_database(args) -> int:
                 store.commit(group.summary(), group.records)
                 imported += len(group.records)
                 correct += sum(r.correct for r in group.records)
+                changed += sum(r.message.startswith("not as-is") for r in group.records)
         finally:
             if evaluator is not None:
                 evaluator.close()
@@ -226,9 +227,13 @@ def _from_database(args) -> int:
     print(f"datagen: {imported} records imported ({correct} correct, "
           f"{'as-is, unverified' if args.as_is else 'measured again'}) from {source}",
           file=sys.stderr)
+    if changed:
+        print(f"datagen: {changed} record(s) not as-is: TVM's replay changed a decision, so "
+              "the database's latency belongs to another schedule; recorded as apply_error "
+              "(import without --as-is to measure what they replay to)", file=sys.stderr)
     if not args.records_only:
         _build(args, out, [])
-    return ExitCode.OK
+    return ExitCode.FINDINGS if changed else ExitCode.OK
 
 
 def _say(message: str) -> None:
