@@ -379,3 +379,9 @@ def test_the_readme_says_what_makes_runs_rl_tiny_before_optimize_uses_it():
     section = section[:section.index("\n## ", 10)]
     before = section[:section.index("--model runs/rl-tiny")]
     assert "dragon rl" in before and "runs/rl-tiny" in before
+
+
+def test_a_missing_model_directory_says_what_makes_one(tmp_path, capsys):
+    code = main(["optimize", SLOW_SPEC, "--model", str(tmp_path / "rl-tiny"), "-q"])
+    assert code == 2
+    _one_line(capsys.readouterr().err, "rl-tiny", "dragon rl", "built-in model")
