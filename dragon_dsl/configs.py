@@ -32,7 +32,8 @@ from typing import Any, TypeVar
 
 from .errors import DragonError
 
-__all__ = ["ConfigError", "bounded", "build", "flag_names", "from_flat", "layered", "load_yaml", "merge",
+__all__ = ["ConfigError", "bounded", "build", "flag_names", "from_flat", "layered", "load_yaml",
+           "merge",
            "nested"]
 
 T = TypeVar("T")

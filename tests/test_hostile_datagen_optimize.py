@@ -65,7 +65,7 @@ def fake_optimize(monkeypatch, samples):
     return made, made_class
 
 
-# ---- 1. --as-is records whose replay changes a decision ---------------------------------------
+# ---- 1. --as-is records whose replay changes a decision -----------------------------------------
 
 def _database(folder, decision) -> str:
     """A MetaSchedule JSON database of one matmul record whose tile decision is ``decision``."""
@@ -211,7 +211,7 @@ def test_datagen_gives_up_on_a_ray_address_nobody_answers(tmp_path, capsys, monk
     _one_line(capsys.readouterr().err, "127.0.0.1:1")
 
 
-# ---- 4. YAML alias bombs and long messages --------------------------------------------------------
+# ---- 4. YAML alias bombs and long messages ------------------------------------------------------
 
 BOMB = """\
 tasks:
@@ -246,7 +246,7 @@ def test_config_error_messages_are_bounded(tmp_path, capsys):
     assert len(stderr) < 2000, len(stderr)
 
 
-# ---- 5. tracebacks ---------------------------------------------------------------------------------
+# ---- 5. tracebacks ------------------------------------------------------------------------------
 
 def test_optimize_refuses_a_seed_torch_cannot_take_before_measuring(fake_optimize, tmp_path,
                                                                     capsys):
@@ -274,7 +274,7 @@ def test_datagen_refuses_a_negative_sample_in_one_line(tmp_path, capsys):
     _one_line(capsys.readouterr().err, "-5")
 
 
-# ---- 6. misleading ----------------------------------------------------------------------------------
+# ---- 6. misleading ------------------------------------------------------------------------------
 
 class _CannotRun(_SlowAtTheEnd):
     """An evaluator on which the unscheduled kernel fails: ``STATUS`` with ``MESSAGE``."""
@@ -323,8 +323,9 @@ def test_a_slower_best_is_never_called_faster():
     from .test_optimize import _start
 
     ev = _SlowAtTheEnd(baselines={"unscheduled": 1e-3, "default": 1e-3}, retimed=2.27e-3)
-    import training.sampling.schedule_aware as aware
     from types import SimpleNamespace
+
+    import training.sampling.schedule_aware as aware
 
     saved = aware.sample_schedule_aware
     aware.sample_schedule_aware = lambda m, t, p, wl, tg, c: [SimpleNamespace(text=SLOW_SCRIPT)]

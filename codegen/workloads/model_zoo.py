@@ -123,13 +123,16 @@ _TINY_TEXT = {"vocab_size": 512, "num_hidden_layers": 2}
 MODELS: dict[str, ModelEntry] = {
     "bert": ModelEntry(bert, {
         "tiny": Preset({**_TINY_TEXT, "hidden_size": 64, "num_attention_heads": 2,
-                        "intermediate_size": 128, "max_position_embeddings": 64}, seq=16, max_seq=64),
+                        "intermediate_size": 128, "max_position_embeddings": 64},
+                       seq=16, max_seq=64),
         "base": Preset({"vocab_size": 30522, "num_hidden_layers": 2, "hidden_size": 768,
-                        "num_attention_heads": 12, "intermediate_size": 3072}, seq=128, max_seq=512),
+                        "num_attention_heads": 12, "intermediate_size": 3072},
+                       seq=128, max_seq=512),
     }),
     "gpt2": ModelEntry(gpt2, {
         "tiny": Preset({"vocab_size": 512, "n_layer": 2, "n_embd": 64, "n_head": 2,
-                        "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0}, seq=16, max_seq=64),
+                        "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0},
+                       seq=16, max_seq=64),
         "base": Preset({"vocab_size": 50257, "n_layer": 2, "n_embd": 768, "n_head": 12,
                         "n_positions": 1024}, seq=128, max_seq=1024),
     }),

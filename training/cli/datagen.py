@@ -117,10 +117,9 @@ def _pool(args, settings):
 
 
 def cmd_datagen(args) -> int:
+    from dragon_dsl.files import unwritable
     from training.datagen.generate import generate
     from training.datagen.runner import RunnerSettings
-
-    from dragon_dsl.files import unwritable
 
     out = args.out
     if os.path.exists(out) and not os.path.isdir(out):
@@ -151,8 +150,9 @@ def cmd_datagen(args) -> int:
     except DataError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # the disk filled or the folder was taken away during the run
-        print(f"dragon: cannot write to --out {out}: {exc.strerror or exc} ({exc.filename or out}); "
-              "the tasks committed before stay, and the same command continues the run",
+        print(f"dragon: cannot write to --out {out}: {exc.strerror or exc} "
+              f"({exc.filename or out}); the tasks committed before stay, and the same "
+              "command continues the run",
               file=sys.stderr)
         return ExitCode.FINDINGS
     print(f"datagen: {report.ran} tasks run ({report.failed} failed), {report.skipped} already "

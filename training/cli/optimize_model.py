@@ -34,7 +34,8 @@ from dragon_dsl.cli_kit import (
 from dragon_dsl.files import write_atomic
 from training.cli.common import load_model
 
-__all__ = ["check_writable", "format_model_report", "is_whole_model", "load_whole_model", "run_optimize_model"]
+__all__ = ["check_writable", "format_model_report", "is_whole_model", "load_whole_model",
+           "run_optimize_model"]
 
 
 def check_writable(path: str, *, folder: bool = False, flag: str = "--out") -> None:
