@@ -52,8 +52,8 @@ MAX_BATCH = 64
 
 
 def _unknown_name(name: str) -> str:
-    return (f"unknown model name={name!r}: Expected one of {', '.join(sorted(MODELS))} "
-            f"(the zoo, codegen.workloads.model_zoo)")
+    return (f"unknown model (the zoo, codegen.workloads.model_zoo): Expected one of "
+            f"{sorted(MODELS)} but got name={name!r}")
 
 
 def _lookup(name: str, preset: str) -> tuple[ModelEntry, Preset]:
