@@ -228,8 +228,7 @@ def _check_runs(start, wl, ev) -> None:
     outcome = row.outcome
     if outcome is not None and outcome.ok:
         return
-    why = row.unavailable if outcome is None else \
-        f"{outcome.status.value}: {outcome.message or 'no message'}"
+    why = row.unavailable if outcome is None else outcome.summary()
     device = str(getattr(ev, "device", ""))
     where = f"{ev.target.kind.name} ({device})" if device else ev.target.kind.name
     raise UsageError(bounded(f"{wl.spec} on {where}: the unscheduled kernel did not run, so "
