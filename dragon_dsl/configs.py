@@ -32,18 +32,55 @@ from typing import Any, TypeVar
 
 from .errors import DragonError
 
-__all__ = ["ConfigError", "build", "flag_names", "from_flat", "layered", "load_yaml", "merge",
+__all__ = ["ConfigError", "bounded", "build", "flag_names", "from_flat", "layered", "load_yaml",
+           "merge",
            "nested"]
 
 T = TypeVar("T")
 
+# A config file is a few dozen lines: larger is not a config, and no message quotes more of a
+# value than this.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_MESSAGE_CHARS = 500
+
 
 class ConfigError(DragonError, ValueError):
-    """A config file or field that cannot be used; ``field`` names the field (or key)."""
+    """A config file or field that cannot be used; ``field`` names the field (or key).  The
+    message is cut to ``MAX_MESSAGE_CHARS`` (a value it quotes may be as large as the file)."""
 
     def __init__(self, message: str, *, field: str = "") -> None:
-        super().__init__(message)
+        super().__init__(bounded(message))
         self.field = field
+
+
+def bounded(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``message`` on one line, cut to ``limit`` characters, saying how much was left out.
+
+    >>> bounded("a" * 20, 10)
+    'aaaaaaaaaa... (10 more characters)'
+    """
+    message = " ".join(message.split("\n")).strip() if "\n" in message else message
+    if len(message) <= limit:
+        return message
+    return f"{message[:limit]}... ({len(message) - limit} more characters)"
+
+
+def _safe_loader():
+    """PyYAML's SafeLoader without aliases: ``*name`` may repeat a node without bound (a
+    "billion laughs" file of nine lines expands to gigabytes when printed or walked), and a
+    config has no use for them."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(
+                    None, None, f"aliases (*{event.anchor}) are not allowed in a config",
+                    event.start_mark)
+            return super().compose_node(parent, index)
+
+    return NoAliases
 
 
 def nested(kind: type) -> dict[str, tuple[type, Any, tuple[str, ...]]]:
@@ -128,12 +165,16 @@ def load_yaml(path: str | Path, kind: type) -> dict[str, Any]:
     import yaml
 
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes: not a config")
+        data = yaml.load(raw.decode("utf-8"), Loader=_safe_loader())  # noqa: S506  safe, no aliases
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not a YAML text file (byte {exc.start} is not UTF-8)") \
-            from None
+        raise ConfigError(f"{path}: not a YAML text file, not UTF-8 ({exc.reason} at byte "
+                          f"{exc.start})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not YAML: {exc}") from None
     data = {} if data is None else data

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO, Any
 
-__all__ = ["atomic_file", "current_umask", "replace_dir", "write_atomic"]
+__all__ = ["atomic_file", "current_umask", "replace_dir", "unwritable", "write_atomic"]
 
 
 def current_umask() -> int:
@@ -30,6 +30,39 @@ def current_umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return umask
+
+
+def unwritable(path: str | os.PathLike[str], *, folder: bool = False) -> str | None:
+    """Why ``path`` cannot be written, or None when it can: checked before a long run, so that
+    its result is not lost at the end.  ``folder``: ``path`` is a folder that will be created or
+    filled; else a file, written by ``write_atomic`` (a temporary file in its folder, renamed).
+    The folder (or the nearest one that exists, when ``path`` would be created) is tried for
+    real, with a temporary file, since permission bits do not say what root or a read-only
+    mount may do.
+
+    >>> unwritable("/proc/x")
+    '/proc/x: cannot create a file in /proc (No such file or directory)'
+    """
+    target = os.path.realpath(path)
+    if folder:
+        if os.path.exists(target) and not os.path.isdir(target):
+            return f"{path}: exists and is not a directory"
+        probe = target
+    else:
+        if os.path.isdir(target):
+            return f"{path}: is a directory, not a file"
+        probe = os.path.dirname(target)
+    while not os.path.exists(probe):  # the folder would be created: try its nearest parent
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"{path}: {probe} is not a directory"
+    try:
+        fd, tmp = tempfile.mkstemp(dir=probe, prefix=".tmp-writable-")
+    except OSError as exc:
+        return f"{path}: cannot create a file in {probe} ({exc.strerror or exc})"
+    os.close(fd)
+    os.unlink(tmp)
+    return None
 
 
 @contextlib.contextmanager

@@ -30,6 +30,9 @@ class Preset:
 
     config: Mapping[str, Any] = field(metadata={"help": "keyword arguments of the builder"})
     seq: int = field(metadata={"help": "default tokens per sequence, or image side in pixels"})
+    max_seq: int = field(default=0, metadata={
+        "help": "the largest seq= the model takes: its position table, or for an image the "
+                "side whose activations still fit in memory (0: seq)"})
 
 
 @dataclass(frozen=True)
@@ -120,28 +123,31 @@ _TINY_TEXT = {"vocab_size": 512, "num_hidden_layers": 2}
 MODELS: dict[str, ModelEntry] = {
     "bert": ModelEntry(bert, {
         "tiny": Preset({**_TINY_TEXT, "hidden_size": 64, "num_attention_heads": 2,
-                        "intermediate_size": 128, "max_position_embeddings": 64}, seq=16),
+                        "intermediate_size": 128, "max_position_embeddings": 64},
+                       seq=16, max_seq=64),
         "base": Preset({"vocab_size": 30522, "num_hidden_layers": 2, "hidden_size": 768,
-                        "num_attention_heads": 12, "intermediate_size": 3072}, seq=128),
+                        "num_attention_heads": 12, "intermediate_size": 3072},
+                       seq=128, max_seq=512),
     }),
     "gpt2": ModelEntry(gpt2, {
         "tiny": Preset({"vocab_size": 512, "n_layer": 2, "n_embd": 64, "n_head": 2,
-                        "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0}, seq=16),
+                        "n_positions": 64, "bos_token_id": 0, "eos_token_id": 0},
+                       seq=16, max_seq=64),
         "base": Preset({"vocab_size": 50257, "n_layer": 2, "n_embd": 768, "n_head": 12,
-                        "n_positions": 1024}, seq=128),
+                        "n_positions": 1024}, seq=128, max_seq=1024),
     }),
     "llama": ModelEntry(llama, {
         "tiny": Preset({**_TINY_TEXT, "hidden_size": 64, "num_attention_heads": 4,
                         "num_key_value_heads": 2, "intermediate_size": 128,
-                        "max_position_embeddings": 64}, seq=16),
+                        "max_position_embeddings": 64}, seq=16, max_seq=64),
         "base": Preset({"vocab_size": 32000, "num_hidden_layers": 2, "hidden_size": 2048,
                         "num_attention_heads": 32, "num_key_value_heads": 8,
                         "intermediate_size": 8192, "max_position_embeddings": 2048},
-                       seq=128),
+                       seq=128, max_seq=2048),
     }),
     "resnet": ModelEntry(resnet, {
-        "tiny": Preset({"widths": (8, 16), "blocks": (1, 1), "classes": 10}, seq=32),
+        "tiny": Preset({"widths": (8, 16), "blocks": (1, 1), "classes": 10}, seq=32, max_seq=256),
         "base": Preset({"widths": (64, 128, 256, 512), "blocks": (2, 2, 2, 2),
-                        "classes": 1000}, seq=224),
+                        "classes": 1000}, seq=224, max_seq=512),
     }),
 }

@@ -47,18 +47,40 @@ class ModelTask:
         return self.spec
 
 
+# The most sequences (or images) a model spec may batch: its activations grow with it.
+MAX_BATCH = 64
+
+
+def _unknown_name(name: str) -> str:
+    return (f"unknown model (the zoo, codegen.workloads.model_zoo): Expected one of "
+            f"{sorted(MODELS)} but got name={name!r}")
+
+
 def _lookup(name: str, preset: str) -> tuple[ModelEntry, Preset]:
     if name not in MODELS:
-        raise ValueError(f"Expected one of {sorted(MODELS)} but got name={name!r}")
+        raise ValueError(_unknown_name(name))
     presets = MODELS[name].presets
     if preset not in presets:
         raise ValueError(f"Expected one of {sorted(presets)} but got preset={preset!r}")
     return MODELS[name], presets[preset]
 
 
-def _check_size(key: str, value: Any) -> None:
+def _check_size(key: str, value: Any, limit: int | None = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"Expected a positive int but got {key}={value!r}")
+    if limit is not None and value > limit:
+        raise ValueError(f"Expected {key} in 1..{limit} but got {key}={value}")
+
+
+def _check_sizes(kwargs: dict[str, Any]) -> None:
+    """``batch`` and ``seq`` of a spec whose model and preset exist, within what the model
+    takes (``Preset.max_seq``, ``MAX_BATCH``): a longer sequence than the position table is
+    an error deep in torch, a huge one an export that does not end."""
+    _, chosen = _lookup(str(kwargs["name"]), str(kwargs["preset"]))
+    limits = {"batch": MAX_BATCH, "seq": chosen.max_seq or chosen.seq}
+    for key in ("batch", "seq"):
+        if key in kwargs:
+            _check_size(key, kwargs[key], limits[key])
 
 
 def import_model(name: str, preset: str = "tiny", batch: int = 1, seq: int | None = None):
@@ -145,6 +167,8 @@ def parse_model_spec(spec: str, task: bool = True) -> dict[str, Any]:
             raise ValueError(f"Expected key=value with a key in {list(_SPEC_KEYS)} "
                              f"but got {part!r} in {spec!r}")
         kwargs[key] = int(value) if re.fullmatch(r"-?\d+", value) else value
+    if "name" in kwargs and kwargs["name"] not in MODELS:  # before "preset is missing"
+        raise ValueError(f"{_unknown_name(str(kwargs['name']))} in {spec!r}")
     required = ("name", "preset", "task") if task else ("name", "preset")
     missing = [k for k in required if k not in kwargs]
     if missing:
@@ -152,10 +176,9 @@ def parse_model_spec(spec: str, task: bool = True) -> dict[str, Any]:
     if not task:
         if "task" in kwargs:
             raise ValueError(f"Expected a whole model, without task=, but got {spec!r}")
-        _lookup(str(kwargs["name"]), str(kwargs["preset"]))
-        for key in ("batch", "seq"):
-            if key in kwargs:
-                _check_size(key, kwargs[key])
+        _check_sizes(kwargs)
+    elif str(kwargs["preset"]) in MODELS[str(kwargs["name"])].presets:
+        _check_sizes(kwargs)
     return kwargs
 
 

@@ -61,7 +61,9 @@ def model_path(value: str | None) -> str:
     try:
         return str(default_model_dir() if value is None else model_dir(value))
     except (RunError, DefaultModelMissing) as exc:
-        raise UsageError(f"--model: {exc}") from None
+        hint = "" if value is None else ("; `dragon sft` or `dragon rl` with --out DIR makes "
+                                         "one, and without --model the built-in model is used")
+        raise UsageError(f"--model: {exc}{hint}") from None
 
 
 def load_model(path: str):
@@ -80,11 +82,15 @@ def load_model(path: str):
     try:
         model, tokenizer = load(path)
     except Exception as exc:  # noqa: BLE001  transformers, safetensors and torch all raise
-        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()),
-                     type(exc).__name__)
-        if "ignore_mismatched_sizes" in first or "size mismatch" in str(exc):
-            first = "the weights do not have the sizes config.json gives (an edited config?)"
-        raise UsageError(f"cannot load the model from {path}: {first}") from None
+        from dragon_dsl.configs import bounded
+
+        # The whole reason on one line: transformers puts the field on the first line and
+        # what is wrong with it on the next ones.
+        reason = " ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or \
+            type(exc).__name__
+        if "ignore_mismatched_sizes" in reason or "size mismatch" in reason:
+            reason = "the weights do not have the sizes config.json gives (an edited config?)"
+        raise UsageError(bounded(f"cannot load the model from {path}: {reason}", 600)) from None
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:

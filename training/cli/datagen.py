@@ -57,8 +57,13 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
     rules = args.rules or default_rules(tgt)
     if args.workload:
         specs = list(args.workload)
-    elif args.sample:
-        specs = sample_workloads(args.sample, seed=args.workload_seed)
+    elif args.sample is not None:
+        try:
+            specs = sample_workloads(args.sample, seed=args.workload_seed)
+        except ValueError as exc:  # WorkloadError: a count that is not in 1..available
+            raise UsageError(f"--sample {args.sample}: {exc}") from None
+        if not specs:
+            raise UsageError(f"Expected --sample >= 1 but got --sample {args.sample}")
     elif chosen:
         specs = chosen.specs(seed=args.workload_seed)
     else:
@@ -100,18 +105,28 @@ def _pool(args, settings):
     if args.workers < 1:
         raise UsageError(f"Expected --workers >= 1 but got --workers {args.workers}")
     if args.ray_address:
+        from training.datagen.ray_pool import RayUnreachable, check_address
+
+        try:  # Ray itself retries an address nobody answers for ever, deaf to Ctrl-C
+            check_address(args.ray_address)
+        except RayUnreachable as exc:
+            raise UsageError(f"--ray-address {exc}") from None
         return RayPool(args.ray_address, settings, retries=args.retries,
                        cpus_per_task=args.cpus_per_task)
     return LocalPool(args.workers, settings, retries=args.retries)
 
 
 def cmd_datagen(args) -> int:
+    from dragon_dsl.files import unwritable
     from training.datagen.generate import generate
     from training.datagen.runner import RunnerSettings
 
     out = args.out
     if os.path.exists(out) and not os.path.isdir(out):
         raise UsageError(f"{out} exists and is not a directory")
+    problem = unwritable(out, folder=True)  # now, not after hours of search
+    if problem:
+        raise UsageError(f"--out {problem}")
     if args.from_database:
         return _from_database(args)
     tasks, settings, chosen = _tasks(args)
@@ -134,6 +149,12 @@ def cmd_datagen(args) -> int:
                           progress=not args.quiet)
     except DataError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # the disk filled or the folder was taken away during the run
+        print(f"dragon: cannot write to --out {out}: {exc.strerror or exc} "
+              f"({exc.filename or out}); the tasks committed before stay, and the same "
+              "command continues the run",
+              file=sys.stderr)
+        return ExitCode.FINDINGS
     print(f"datagen: {report.ran} tasks run ({report.failed} failed), {report.skipped} already "
           f"done; {report.records} candidates measured ({report.correct} correct) in "
           f"{report.seconds:.0f} s", file=sys.stderr)
@@ -176,7 +197,7 @@ def _from_database(args) -> int:
                 "measure": measure.fingerprint() if measure else None,
                 "holdout_families": []}
     store = RecordStore(out)
-    imported = correct = 0
+    imported = correct = changed = 0
     try:
         os.makedirs(out, exist_ok=True)
         check_manifest(out, settings, [])
@@ -196,6 +217,7 @@ def _from_database(args) -> int:
                 store.commit(group.summary(), group.records)
                 imported += len(group.records)
                 correct += sum(r.correct for r in group.records)
+                changed += sum(r.message.startswith("not as-is") for r in group.records)
         finally:
             if evaluator is not None:
                 evaluator.close()
@@ -205,9 +227,13 @@ def _from_database(args) -> int:
     print(f"datagen: {imported} records imported ({correct} correct, "
           f"{'as-is, unverified' if args.as_is else 'measured again'}) from {source}",
           file=sys.stderr)
+    if changed:
+        print(f"datagen: {changed} record(s) not as-is: TVM's replay changed a decision, so "
+              "the database's latency belongs to another schedule; recorded as apply_error "
+              "(import without --as-is to measure what they replay to)", file=sys.stderr)
     if not args.records_only:
         _build(args, out, [])
-    return ExitCode.OK
+    return ExitCode.FINDINGS if changed else ExitCode.OK
 
 
 def _say(message: str) -> None:

@@ -43,7 +43,7 @@ from training.cli.common import (
     model_path,
     script_to_refine,
 )
-from training.cli.optimize_model import is_whole_model, run_optimize_model
+from training.cli.optimize_model import check_writable, is_whole_model, run_optimize_model
 from training.optimize.kernel import OptimizeConfig
 from training.optimize.model import ModelOptimizeConfig
 from training.sampling.config import SamplingConfig
@@ -161,6 +161,7 @@ def cmd_optimize(args) -> int:
         raise UsageError(str(exc)) from None
     config = config_from_args(OptimizeConfig, args)
     sampling = config_from_args(SamplingConfig, args, n=config.k)
+    _check_seed(sampling.seed, config.rounds)
     measure = measure_from_args(args)
     if args.builders is not None and args.builders < 1:
         raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
@@ -170,6 +171,7 @@ def cmd_optimize(args) -> int:
     out = args.out or default_out(wl)
     if Path(out).is_dir() or not Path(out).resolve().parent.is_dir():
         raise UsageError(f"--out {out}: not a file in an existing directory")
+    check_writable(out)
     progress = not args.quiet
     name = "<stdin>" if args.refine == "-" else args.refine
     with Evaluator(target, config=measure, cache=False, builders=args.builders) as ev, \
@@ -181,13 +183,17 @@ def cmd_optimize(args) -> int:
             raise UsageError(f"--refine {name}{where}: {exc.reason}") from None
         except OptimizeError as exc:
             raise UsageError(f"--budget: {exc}") from None
+        _check_runs(start, wl, ev)
         model, tokenizer = load_model(path)
         result = optimize(model, tokenizer, wl, target, config=config, sampling=sampling,
                           refine=old, evaluator=ev, start=start, progress=progress)
-    written = None
+    written = lost = None
     if result.best_script is not None:
-        write_atomic(out, result.best_script)
-        written = out
+        try:
+            write_atomic(out, result.best_script)
+            written = out
+        except OSError as exc:  # checked writable at the start; the disk filled since
+            lost = f"could not write --out {out}: {exc.strerror or exc}"
     if args.json:
         print(json.dumps({**result.as_dict(), "out": written}, indent=2))
         warning = busy_warning(result.comparison(name) for name in result.final
@@ -196,7 +202,37 @@ def cmd_optimize(args) -> int:
             print(warning, file=sys.stderr)
     else:
         print(format_report(result, written))
+    if lost:
+        print(f"dragon: {lost}; the script is in the result printed on stdout", file=sys.stderr)
     return ExitCode.OK if written is not None else ExitCode.FINDINGS
+
+
+# torch.manual_seed takes -2**63 .. 2**64 - 1; round r samples with seed + r.
+_SEEDS = (-(2**63), 2**64 - 1)
+
+
+def _check_seed(seed: int, rounds: int) -> None:
+    """Refuses, before anything is measured, a --seed torch cannot take in the last round."""
+    low, high = _SEEDS[0], _SEEDS[1] - rounds
+    if not low <= seed <= high:
+        raise UsageError(f"Expected --seed in {low}..{high} (torch's seeds; round r samples "
+                         f"with seed + r) but got --seed {seed}")
+
+
+def _check_runs(start, wl, ev) -> None:
+    """Stops before any sampling when the unscheduled kernel did not build or run: nothing a
+    model writes could be measured against it (no GPU, a workload too large to index)."""
+    from dragon_dsl.configs import bounded
+
+    row = start.baseline("unscheduled")
+    outcome = row.outcome
+    if outcome is not None and outcome.ok:
+        return
+    why = row.unavailable if outcome is None else outcome.summary()
+    device = str(getattr(ev, "device", ""))
+    where = f"{ev.target.kind.name} ({device})" if device else ev.target.kind.name
+    raise UsageError(bounded(f"{wl.spec} on {where}: the unscheduled kernel did not run, so "
+                             f"nothing can be measured; stopped before sampling: {why}", 600))
 
 
 def register(subparsers) -> None:

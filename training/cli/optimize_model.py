@@ -34,7 +34,18 @@ from dragon_dsl.cli_kit import (
 from dragon_dsl.files import write_atomic
 from training.cli.common import load_model
 
-__all__ = ["format_model_report", "is_whole_model", "load_whole_model", "run_optimize_model"]
+__all__ = ["check_writable", "format_model_report", "is_whole_model", "load_whole_model",
+           "run_optimize_model"]
+
+
+def check_writable(path: str, *, folder: bool = False, flag: str = "--out") -> None:
+    """A UsageError now, not after the run, when ``path`` cannot be written
+    (``dragon_dsl.files.unwritable``)."""
+    from dragon_dsl.files import unwritable
+
+    problem = unwritable(path, folder=folder)
+    if problem:
+        raise UsageError(f"{flag} {problem}")
 
 
 def is_whole_model(arg: str) -> bool:
@@ -147,13 +158,25 @@ def run_optimize_model(args, target, config, sampling, measure, path: str) -> in
     if args.refine:
         raise UsageError("--refine: a whole model has no one script to refine")
     model_config = config_from_args(ModelOptimizeConfig, args)
+
+    def outputs(label: str) -> tuple[str, str]:
+        """--out and --database, checked writable (before the model is loaded when given)."""
+        out = args.out or f"{label}.optimize.json"
+        if Path(out).is_dir() or not Path(out).resolve().parent.is_dir():
+            raise UsageError(f"--out {out}: not a file in an existing directory")
+        check_writable(out)
+        database = args.database or str(Path(out).with_suffix("")) + ".database"
+        if Path(database).exists() and not Path(database).is_dir():
+            raise UsageError(f"--database {database}: not a directory")
+        check_writable(database, folder=True, flag="--database")
+        return out, database
+
+    if args.out is not None:
+        outputs("model")
+    elif args.database is not None:
+        check_writable(args.database, folder=True, flag="--database")
     label, mod, tasks = load_whole_model(args.workload)
-    out = args.out or f"{label}.optimize.json"
-    if Path(out).is_dir() or not Path(out).resolve().parent.is_dir():
-        raise UsageError(f"--out {out}: not a file in an existing directory")
-    database = args.database or str(Path(out).with_suffix("")) + ".database"
-    if Path(database).exists() and not Path(database).is_dir():
-        raise UsageError(f"--database {database}: not a directory")
+    out, database = outputs(label)
 
     def say(text: str) -> None:
         if not args.quiet:
@@ -169,10 +192,18 @@ def run_optimize_model(args, target, config, sampling, measure, path: str) -> in
                                     loader=lambda: load_model(path))
         except OptimizeError as exc:
             raise UsageError(f"--budget: {exc}") from None
-    write_atomic(out, json.dumps(result.as_dict(), indent=2))
+    lost = None
+    try:
+        write_atomic(out, json.dumps(result.as_dict(), indent=2))
+    except OSError as exc:  # checked writable at the start; the disk filled since
+        lost = f"could not write --out {out}: {exc.strerror or exc}"
     if args.json:
-        print(json.dumps({**result.as_dict(), "out": out}, indent=2))
+        print(json.dumps({**result.as_dict(), "out": None if lost else out}, indent=2))
     else:
-        print(format_model_report(result) + f"\nwritten to {out}")
+        print(format_model_report(result) + ("" if lost else f"\nwritten to {out}"))
+    if lost:
+        print(f"dragon: {lost}; the result is printed on stdout (add --json for all of it)",
+              file=sys.stderr)
+        return ExitCode.FINDINGS
     ok = result.records > 0 and all(e.ok for e in result.end_to_end.values())
     return ExitCode.OK if ok else ExitCode.FINDINGS

@@ -339,7 +339,7 @@ def _records(group: _Group, wl, family: str, measure: Evaluator | None) -> list[
     scripts: list[str | None] = []
     failures: dict[int, Outcome] = {}
     for i, line in enumerate(group.lines):
-        script, failure = _script(line, wl, group.target, pp_set)
+        script, failure = _script(line, wl, group.target, pp_set, exact=measure is None)
         scripts.append(script)
         if failure is not None:
             failures[i] = Outcome(Status.APPLY_ERROR, *failure)
@@ -363,11 +363,13 @@ def _records(group: _Group, wl, family: str, measure: Evaluator | None) -> list[
             for i, (script, o) in enumerate(zip(scripts, outcomes, strict=True))]
 
 
-def _script(line: _Line, wl, tgt, pp_set: str) -> tuple[str | None, tuple[str, str] | None]:
+def _script(line: _Line, wl, tgt, pp_set: str, *,
+            exact: bool = False) -> tuple[str | None, tuple[str, str] | None]:
     """The record's trace replayed on the workload and written as a canonical script; or
-    (stage, message) saying why not."""
+    (stage, message) saying why not.  ``exact`` (as-is): a replay that changes a decision is
+    a failure too, since TVM re-samples a decision that does not fit (a tile whose factors do
+    not multiply to the loop's extent) and the record's latency is another schedule's."""
     from tvm.s_tir.schedule import Schedule, Trace
-
 
     if any(isinstance(inst, list) and inst and inst[0] == "Tensorize" for inst in line.trace[0]):
         import_tensor_intrinsics()   # the intrinsics a Tensorize names must be registered
@@ -377,11 +379,35 @@ def _script(line: _Line, wl, tgt, pp_set: str) -> tuple[str | None, tuple[str, s
     except Exception as exc:  # noqa: BLE001  TVM raises its own error types
         return None, ("apply", f"the trace does not replay on its workload: "
                                f"{tvm_message(exc)}")
+    changed = _changed_decision(line.trace, sch.trace) if exact else None
+    if changed:
+        return None, ("apply", f"not as-is: {changed}, so MetaSchedule's latency is not this "
+                               "script's (re-measure without --as-is)")
     try:
         return dragon_dsl.from_trace(sch.trace, postproc="auto", postproc_set=pp_set,
                                      workload=wl, target=tgt), None
     except DragonError as exc:
         return None, ("encode", f"the trace cannot be written as a script: {exc}")
+
+
+def _changed_decision(recorded, replayed) -> str | None:
+    """The first decision of the ``recorded`` trace JSON that the ``replayed`` Trace does not
+    keep, said in words; None when the replay kept them all."""
+    from dragon_dsl.tvm_bridge import plain_json
+
+    insts, decisions = plain_json(replayed.as_json(remove_postproc=False))
+    if len(insts) != len(recorded[0]):
+        return (f"the trace has {len(recorded[0])} instructions but replays as {len(insts)}")
+    now = {d[0]: d[1] for d in decisions}
+    for entry in recorded[1]:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], int)):
+            continue
+        index, was = entry
+        if now.get(index) != was:
+            kind = insts[index][0] if 0 <= index < len(insts) else "?"
+            return (f"replaying it changed the decision of instruction {index} ({kind}) from "
+                    f"{_preview(was, 60)} to {_preview(now.get(index), 60)}")
+    return None
 
 
 def _as_is(line: _Line):

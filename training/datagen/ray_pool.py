@@ -14,11 +14,48 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from dragon_dsl.errors import DragonError
 from training.datagen.pool import failed_result, hard_limit
 from training.datagen.runner import RunnerSettings, TaskResult, TaskRunner
 from training.datagen.tasks import Task
 
-__all__ = ["RayPool"]
+__all__ = ["CONNECT_TIMEOUT_S", "RayPool", "RayUnreachable", "check_address"]
+
+# How long a HOST:PORT address may take to accept a connection: Ray's own client retries an
+# address nobody answers for ever, and does not hear Ctrl-C while it does.
+CONNECT_TIMEOUT_S = 10.0
+
+
+class RayUnreachable(DragonError, ConnectionError):
+    """A Ray address that nobody answers."""
+
+
+def check_address(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Raises RayUnreachable, within ``timeout_s``, when the HOST:PORT of ``address`` (also
+    ``ray://HOST:PORT``) does not accept a TCP connection; "auto" and "local" are Ray's to
+    resolve.
+
+    >>> try:
+    ...     check_address("127.0.0.1:1", timeout_s=1)
+    ... except RayUnreachable as exc:
+    ...     print(exc)
+    127.0.0.1:1: no Ray cluster answers there (Connection refused)
+    """
+    import socket
+
+    if address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise RayUnreachable(f"{address}: Expected 'auto', 'local' or HOST:PORT")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        why = f"no answer within {timeout_s:g} s" if isinstance(exc, TimeoutError) \
+            else (exc.strerror or str(exc))
+        raise RayUnreachable(f"{address}: no Ray cluster answers there ({why})") from None
 
 _RUNNER: Any = None  # one TaskRunner per Ray worker process
 
@@ -47,6 +84,7 @@ class RayPool:
 
         started_here = not ray.is_initialized()
         if started_here:
+            check_address(self.address)
             ray.init(address=None if self.address == "local" else self.address,
                      log_to_driver=False, include_dashboard=False)
         try:
