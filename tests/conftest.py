@@ -24,6 +24,18 @@ settings.register_profile(
 settings.load_profile(os.environ.get("DRAGON_HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread_per_worker():
+    """Under pytest-xdist, torch computes on one thread in each worker: two workers each
+    running a thread per core oversubscribed 2 cores (the thousand-sample test took 6x longer).
+    Kernels are timed in the Evaluators' own processes, which this does not touch."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+    yield
+
+
 # The measurement settings of the shared Evaluators: 3 repeats of at least 1 ms.
 FAST_REPEAT, FAST_MIN_REPEAT_MS = 3, 1.0
 

@@ -191,7 +191,7 @@ def _closed_port() -> int:
                "?grammar=none)"),
     ("garbage", "the reply is not JSON: b'<html>not json</html>'"),
     ("empty", "the reply has no completion choices"),
-    ("slow", "no answer within 0.5 s"),
+    ("slow", "no complete answer within 0.5 s"),
 ])
 def test_server_failures_name_the_model_and_the_url(server, model, needle):
     http = HttpModel("m", f"{server.url}#{model}?timeout=0.5")

@@ -193,11 +193,11 @@ def test_an_out_that_is_a_file_or_unwritable_is_refused_before_any_request(serve
     a_file = tmp_path / "file"
     a_file.write_text("mine\n")
     line = refused(capsys, datagen_dir, a_file, server.model("m"))
-    assert line == f"dragon: --out {a_file}: not a folder"
+    assert line == f"dragon: --out {a_file}: exists and is not a directory"
     assert a_file.read_text() == "mine\n"
     # sysfs takes no new files, not even from root (a chmod would not stop root)
     line = refused(capsys, datagen_dir, "/sys/dragon-eval", server.model("m"))
-    assert line.startswith("dragon: --out /sys/dragon-eval: cannot write there")
+    assert line.startswith("dragon: --out /sys/dragon-eval: cannot create a file in /sys")
     assert len(server.requests) == before
 
 

@@ -188,9 +188,9 @@ def test_resume_repairs_a_torn_metrics_line(dragon_cmd, sft_model, tmp_path):
 def test_an_out_that_is_a_file_is_refused(dragon_cmd, datagen_dir, sft_model, tmp_path):
     out = tmp_path / "file"
     out.write_text("not a directory")
-    refused(sft(dragon_cmd, datagen_dir, out), str(out), "is a file")
-    refused(rl(dragon_cmd, sft_model, datagen_dir, out), str(out), "is a file")
-    refused(sft(dragon_cmd, datagen_dir, out / "run"), "is a file")
+    refused(sft(dragon_cmd, datagen_dir, out), str(out), "is not a directory")
+    refused(rl(dragon_cmd, sft_model, datagen_dir, out), str(out), "is not a directory")
+    refused(sft(dragon_cmd, datagen_dir, out / "run"), "is not a directory")
     assert out.read_text() == "not a directory"
 
 

@@ -31,9 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -46,7 +44,7 @@ from codegen.measure.config import MeasureConfig
 from codegen.measure.outcomes import Outcome, Status
 from codegen.search.baselines import unscheduled
 from codegen.workloads import workload as make_workload
-from dragon_dsl.files import write_atomic
+from dragon_dsl.files import unwritable, write_atomic
 from training.evaluate import metaschedule
 from training.evaluate.errors import EvalError
 from training.evaluate.metrics import budget_curves, head_to_head, summarize
@@ -150,16 +148,11 @@ def _check_folders(names) -> None:
 
 
 def _check_writable(out: Path) -> None:
-    """``out`` is, or can be made, a folder this process writes in: checked before any work."""
-    if out.exists() and not out.is_dir():
-        raise EvalError(f"--out {out}: not a folder")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=out, prefix=".write-check-")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise EvalError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    """``out`` is, or can be made, a folder this process writes in: checked before any work,
+    creating nothing."""
+    why = unwritable(out, folder=True)
+    if why:
+        raise EvalError(f"--out {why}")
 
 
 class ResultUnwritten(EvalError):

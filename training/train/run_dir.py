@@ -31,7 +31,6 @@ import fcntl
 import json
 import math
 import os
-import tempfile
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -41,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from dragon_dsl.errors import DragonError
-from dragon_dsl.files import write_atomic
+from dragon_dsl.files import unwritable, write_atomic
 from training.train.sft_config import config_dict
 
 if TYPE_CHECKING:
@@ -123,21 +122,9 @@ def check_out(run: Path) -> None:
     """``RunError`` unless the run directory ``run`` can be created and written: not a file,
     and its nearest existing folder takes a new file (tried, as permissions do not tell for
     root or a read-only file system)."""
-    if run.exists() and not run.is_dir():
-        raise RunError(f"the run directory {run} is a file (out names a directory)")
-    folder = run
-    while not folder.exists():
-        if folder.parent == folder:
-            break
-        folder = folder.parent
-    if not folder.is_dir():
-        raise RunError(f"cannot create the run directory {run}: {folder} is a file")
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise RunError(f"cannot write the run directory {run}: {folder}: "
-                       f"{exc.strerror or exc}") from None
+    why = unwritable(run, folder=True)
+    if why:
+        raise RunError(f"cannot write the run directory {why}")
 
 
 @contextlib.contextmanager
