@@ -139,3 +139,17 @@ def dragon_cmd(capsys, monkeypatch):
         return subprocess.CompletedProcess(["dragon", *map(str, args)], code, out, err)
 
     return run
+
+
+# The longest files first (their seconds in `make test --durations`, 2 workers): xdist hands
+# out whole files in collection order, and a long file started last is the run's tail.
+LONGEST_FIRST = ["test_datagen.py", "test_optimize.py", "test_eval_models.py",
+                 "test_sampling.py", "test_evaluate.py", "test_rl.py", "test_datagen_database.py",
+                 "test_reward.py", "test_roundtrip.py", "test_eval_http.py",
+                 "test_hostile_train.py", "test_live_worker.py", "test_schedule_aware.py",
+                 "test_workers.py", "test_hostile.py"]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept within

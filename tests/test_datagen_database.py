@@ -238,6 +238,8 @@ def _damaged(tuned, tmp_path, name: str, edit) -> str:
 @pytest.mark.parametrize(("name", "edit", "line", "says"), [
     (RECORDS, lambda t: t[:-40], 8, "cut short"),
     (RECORDS, lambda t: t.replace("\n", "\n{oops\n", 1), 2, "not JSON"),
+    (RECORDS, lambda t: t.replace("\n", "\n" + "[" * 100_000 + "\n", 1), 2, "nested too deep"),
+    (WORKLOADS, lambda t: "[" * 100_000 + "\n", 1, "nested too deep"),
     (RECORDS, lambda t: '[0, "no trace"]\n' + t, 1, "not a MetaSchedule tuning record"),
     (RECORDS, lambda t: t.replace("[0,", "[7,", 1), 1, "workload 7, but"),
     (RECORDS, lambda t: t.replace('"num-cores":2', '"num-cores":"two"', 1), 1, "not a target"),

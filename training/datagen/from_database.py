@@ -213,6 +213,9 @@ def _json_lines(path: str) -> Iterator[tuple[int, Any]]:
             continue
         try:
             yield number, json.loads(line)
+        except RecursionError:
+            raise DataError(f"{path}:{number}: nested too deeply to be a MetaSchedule "
+                            f"record") from None
         except ValueError as exc:
             cut = number == len(lines) and not text.endswith("\n")
             why = "the last line is cut short (a partial write)" if cut else \
