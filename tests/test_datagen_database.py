@@ -45,20 +45,15 @@ def _flaky_builder():
 
 def _tune(spec: str, work_dir: str, builder) -> None:
     """MetaSchedule's own tune_tir: 8 trials, a random cost model."""
-    import logging
-
     from tvm.s_tir import meta_schedule as ms
 
+    from codegen.search.baselines import unnamed_handlers_aside
     from codegen.targets import as_target, import_tensor_intrinsics, schedule_rules
 
     import_tensor_intrinsics()   # TuneContext imports them; this way costs seconds, not minutes
     # tune_tir lists the handlers of its logger by name, and a second call in one process
     # meets pytest's unnamed capture handler there (str.format on None): keep them out.
-    logger = logging.getLogger("tvm.s_tir.meta_schedule")
-    unnamed = [h for h in logger.handlers if h.get_name() is None]
-    for handler in unnamed:
-        logger.removeHandler(handler)
-    try:
+    with unnamed_handlers_aside():
         ms.tune_tir(workload(spec).mod, as_target(TARGET), work_dir, max_trials_global=8,
                     num_trials_per_iter=8, builder=builder,
                     runner=ms.runner.LocalRunner(timeout_sec=60), cost_model="random",
@@ -66,9 +61,6 @@ def _tune(spec: str, work_dir: str, builder) -> None:
                         sch_rules=schedule_rules("llvm"), postprocs="llvm",
                         mutator_probs="llvm"),
                     seed=0)
-    finally:
-        for handler in unnamed:
-            logger.addHandler(handler)
 
 
 @pytest.fixture(scope="module")

@@ -19,9 +19,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -276,6 +278,23 @@ def metaschedule_best(workload: WorkloadLike, target: TargetLike, trials: int = 
     return result
 
 
+@contextlib.contextmanager
+def unnamed_handlers_aside() -> Iterator[None]:
+    """Take the handlers without a name off MetaSchedule's logger while the block runs.
+    ``tune_tir`` lists that logger's handlers by name to configure its own, and fails
+    (``str.format`` on None) on one that has none, as a second call in a process where pytest
+    or a user attached one does."""
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    unnamed = [h for h in logger.handlers if h.get_name() is None]
+    for handler in unnamed:
+        logger.removeHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in unnamed:
+            logger.addHandler(handler)
+
+
 def _tune(mod, tgt, rules: str, trials: int, work_dir: str, seed: int, builder, runner,
           cost_model: str):
     """Run tune_tir; returns ((schedule, latency) or None, number of records)."""
@@ -292,9 +311,10 @@ def _tune(mod, tgt, rules: str, trials: int, work_dir: str, seed: int, builder, 
                                           timeout_sec=limits.build_timeout_s)
     if runner is None:
         runner = ms.runner.LocalRunner(timeout_sec=limits.run_timeout_s)
-    database = ms.tune_tir(mod, tgt, work_dir, max_trials_global=trials,
-                           num_trials_per_iter=min(64, trials), builder=builder, runner=runner,
-                           cost_model=cost_model, space=space, seed=seed)
+    with unnamed_handlers_aside():
+        database = ms.tune_tir(mod, tgt, work_dir, max_trials_global=trials,
+                               num_trials_per_iter=min(64, trials), builder=builder,
+                               runner=runner, cost_model=cost_model, space=space, seed=seed)
     count = len(database.get_all_tuning_records())
     top = database.get_top_k(database.commit_workload(mod), 1)
     if len(top) == 0:
