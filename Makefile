@@ -26,7 +26,7 @@ XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) --durations=25 tests $(PYTEST_ARGS)
 
-# The slow tests alone, without a GPU (about 25 minutes on 2 cores): a real MetaSchedule tuning,
+# The slow tests alone, without a GPU (about 14 minutes on 2 cores): a real MetaSchedule tuning,
 # BERT, GPT-2 and Llama against torch, every model's tasks, the demo, Outlines, every pair of
 # the round-trip strategy.  pytest's exit code 5 (nothing selected) means no test is marked
 # slow any more, so `make test` ran them all: that is a pass; any other failure is not.
