@@ -10,12 +10,19 @@ in isolated workers, with the cache.  Search and the rewards of training then ag
 Each round yields a ``Round``: the candidates' scripts and outcomes.  The tuning records go to a
 MetaSchedule database (``work_dir`` gives TVM's own JSON database, failed candidates with
 MetaSchedule's 1e10 s latency), so a search leaves the logs users already know.
+
+A search can start from what was measured before it (``seeds``: scripts and their outcomes,
+say a model's): they are committed to the database first, so that the evolutionary search's
+initial population begins with the best of them (MetaSchedule's ``init_measured_ratio``), and
+the cost model learns from them before it ranks anything.  ``cost_model`` replaces the model
+``SearchConfig.cost_model`` names, for a cost model that has already seen search
+(``codegen.search.cost_model``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,10 +99,41 @@ def _encode(trace, workload, tgt, pp_set: str) -> str | None:
         return None
 
 
+def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
+          seeds: Sequence[tuple[str, Outcome]]) -> int:
+    """Commits the measured ``seeds`` to ``database`` and teaches ``cost_model`` their
+    results; returns how many could be replayed (a script the workload refuses is skipped)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    import dragon_dsl
+    from dragon_dsl.errors import DragonError
+
+    candidates, results = [], []
+    for script, outcome in seeds:
+        try:
+            sch = dragon_dsl.to_schedule(script, workload=workload, target=tgt)
+        except DragonError:
+            continue
+        result = _runner_result(outcome)
+        secs = result.run_secs if result.run_secs is not None else [FAILED_RUN_SECS]
+        database.commit_tuning_record(ms.database.TuningRecord(
+            sch.trace, entry, [float(s) for s in secs], tgt, args_info))
+        candidates.append(ms.MeasureCandidate(sch, args_info))
+        results.append(result)
+    if candidates:
+        cost_model.update(ctx, candidates, results)
+    return len(candidates)
+
+
 def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | None = None, *,
-           rules: str | None = None, work_dir: str | None = None) -> Iterator[Round]:
+           rules: str | None = None, work_dir: str | None = None, cost_model: Any = None,
+           seeds: Sequence[tuple[str, Outcome]] = ()) -> Iterator[Round]:
     """Run MetaSchedule's evolutionary search on ``workload``, measuring with ``evaluator``
     (a ``codegen.measure.Evaluator`` for ``target``); yields each round as it is measured.
+
+    ``seeds`` are scripts measured before the search (not counted in ``config.trials``), and
+    ``cost_model`` a MetaSchedule cost model to use instead of a new one (it is updated in
+    place: it keeps learning from every kernel the search times).
 
     >>> from codegen.measure import Evaluator
     >>> from codegen.workloads import workload
@@ -124,10 +162,13 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
         database = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
     else:
         database = ms.database.MemoryDatabase()
-    cost_model = ms.cost_model.CostModel.create(cost_model_name(config.cost_model),
-                                                num_tuning_cores=1)
+    if cost_model is None:
+        cost_model = ms.cost_model.CostModel.create(cost_model_name(config.cost_model),
+                                                    num_tuning_cores=1)
     entry = database.commit_workload(ctx.mod)
     args_info = ms.arg_info.ArgInfo.from_prim_func(ctx.mod["main"])
+    if seeds:
+        _seed(ctx, database, entry, args_info, cost_model, workload, tgt, seeds)
     ctx.pre_tuning(max_trials=config.trials, num_trials_per_iter=config.per_round,
                    design_spaces=ctx.generate_design_space(), database=database,
                    cost_model=cost_model)

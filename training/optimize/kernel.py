@@ -16,6 +16,14 @@ The budget counts every kernel handed to the evaluator: the baselines, the scrip
 each distinct sampled script, and the final re-timing of the best beside the baselines, which
 is reserved from the start.  Duplicates are free.  When it runs out, the search stops early.
 
+With a cost model (``codegen.search.cost_model``, one that has seen search), each round samples
+``width`` scripts, more than it times: the cost model ranks the distinct new ones and only the
+``k`` it ranks first are timed (sampling is cheap, timing is not), and it learns from every
+kernel timed.  After the model's rounds, ``search`` more kernels go to MetaSchedule's
+evolutionary search, which starts from every script the model timed (its initial population
+holds the best of them) and ranks with the same cost model: the model proposes, the cost
+model ranks, the search refines.
+
 >>> with Evaluator("llvm", cache=False) as ev:                                 # doctest: +SKIP
 ...     result = optimize(model, tokenizer, workload("softmax(m=32,n=64)"),
 ...                       config=OptimizeConfig(k=4, rounds=2, budget=20), evaluator=ev)
@@ -67,6 +75,13 @@ class OptimizeConfig:
     rounds: int = field(default=3, metadata={
         "help": "Refinement rounds after the first: each samples k scripts from the "
                 "refinement prompt of the fastest correct script so far."})
+    width: int | None = field(default=None, metadata={
+        "help": "Scripts sampled per round for the cost model to rank; the k it ranks first "
+                "are timed.  None: k (all timed, no ranking).  Needs a cost model."})
+    search: int = field(default=0, metadata={
+        "help": "Kernels timed by MetaSchedule's evolutionary search after the model's "
+                "rounds, starting from every script the model timed and ranking with the "
+                "cost model (0: no search)."})
     budget: int | None = field(default=None, metadata={
         "help": "Kernels timed at most, all counted: the baselines, the script to refine, each "
                 "distinct sampled script and the final re-timing of the best beside the "
@@ -78,6 +93,10 @@ class OptimizeConfig:
             raise ValueError(f"Expected k >= 1 but got k={self.k}")
         if not self.rounds >= 0:
             raise ValueError(f"Expected rounds >= 0 but got rounds={self.rounds}")
+        if self.width is not None and not self.width >= self.k:
+            raise ValueError(f"Expected width >= k ({self.k}) but got width={self.width}")
+        if not self.search >= 0:
+            raise ValueError(f"Expected search >= 0 but got search={self.search}")
         if self.budget is not None and not self.budget >= 1:
             raise ValueError(f"Expected budget >= 1 but got budget={self.budget}")
 
@@ -89,7 +108,7 @@ class Candidate:
     script: str
     outcome: Any               # codegen.measure.Outcome
     round: int                 # the round that first wrote it (0 for the script to refine)
-    source: str = "sample"     # "sample", or "given": the script to refine
+    source: str = "sample"     # "sample", "given" (the script to refine) or "search"
 
     @property
     def latency_s(self) -> float | None:
@@ -105,7 +124,7 @@ class Round:
     """What one round sampled and measured."""
 
     index: int
-    prompt: str                    # "construction" or "refinement"
+    prompt: str                    # "construction", "refinement", or "search" (MetaSchedule's)
     prompt_latency_s: float | None  # the latency the refinement prompt gave
     attempts: int                  # scripts sampled
     measured: int                  # distinct scripts measured for the first time
@@ -179,10 +198,10 @@ class OptimizeResult:
 
     @property
     def improved(self) -> bool:
-        """The best script is one the model wrote, not the script it was given, and it beat
-        the baselines."""
+        """The best script is one the model or the search wrote, not the script it was given,
+        and it beat the baselines."""
         return self.best_script is not None and self.best is not None and \
-            self.best.source == "sample"
+            self.best.source != "given"
 
     @property
     def latency_s(self) -> float | None:
@@ -268,7 +287,7 @@ def measure_start(workload: Any, evaluator: Any, *, refine: str | None = None,
 def optimize(model, tokenizer, workload: Any, target: Any = None, *,
              config: OptimizeConfig | None = None, sampling: SamplingConfig | None = None,
              refine: str | None = None, evaluator: Any = None, start: Start | None = None,
-             progress: bool = False, label: str = "") -> OptimizeResult:
+             cost_model: Any = None, progress: bool = False, label: str = "") -> OptimizeResult:
     """Sample, measure and refine scripts for ``workload`` (see the module's docstring).
 
     ``sampling`` says how to sample (its ``n`` is replaced by ``config.k``; round r uses seed
@@ -279,11 +298,16 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
     (default llvm) is made and closed.  ``start`` is ``measure_start``'s result
     when the caller measured it already (``dragon optimize`` does, before loading the model).
     ``label`` names the progress bar (a model's task, for one bar per task).
+    ``cost_model`` (a ``codegen.search.cost_model.CostModel``) ranks each round's ``width``
+    samples and the search's candidates; it is updated in place with every kernel timed.
     """
     from codegen.measure import Evaluator
 
     config = config or OptimizeConfig()
     sampling = sampling or SamplingConfig()
+    if config.width is not None and config.width > config.k and cost_model is None:
+        raise ValueError(f"Expected a cost model to rank width={config.width} samples down "
+                         f"to k={config.k}")
     owned = evaluator is None
     if owned:
         evaluator = Evaluator("llvm" if target is None else target, cache=False)
@@ -301,8 +325,10 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
         if evaluator.cache is not None:  # the re-timing must be a measurement of this moment
             timer = Evaluator(evaluator.target, cache=False, builders=1,
                               config=evaluator.config, device=evaluator.runtime)
-        search = _Search(model, tokenizer, workload, target, config, sampling, evaluator, start)
+        search = _Search(model, tokenizer, workload, target, config, sampling, evaluator, start,
+                         cost_model)
         search.run(progress, label)
+        search.run_search(progress, label)
         final = search.retime(timer or evaluator)
         return OptimizeResult(
             str(getattr(workload, "spec", workload)), evaluator.target.kind.name,
@@ -330,8 +356,10 @@ class _Search:
     """The rounds of one ``optimize`` call and what they measured."""
 
     def __init__(self, model, tokenizer, workload, target, config: OptimizeConfig,
-                 sampling: SamplingConfig, evaluator, start: Start) -> None:
+                 sampling: SamplingConfig, evaluator, start: Start, cost_model: Any = None
+                 ) -> None:
         self.model, self.tokenizer = model, tokenizer
+        self.cost_model = cost_model
         self.workload, self.target = workload, target
         self.config, self.sampling = config, sampling
         self.evaluator, self.start = evaluator, start
@@ -371,18 +399,20 @@ class _Search:
                     break
                 kind, prompt, prompt_latency = self._prompt()
                 n = int(min(self.config.k, left))
-                bar.set_description(f"{label}round {index}: sampling {n}")
-                config = replace(self.sampling, n=n, seed=self.sampling.seed + index)
+                width = max(n, self.config.width or n)
+                bar.set_description(f"{label}round {index}: sampling {width}")
+                config = replace(self.sampling, n=width, seed=self.sampling.seed + index)
                 samples = sample_schedule_aware(self.model, self.tokenizer, prompt,
                                                 self.workload, self.target, config)
                 texts = [_canonical(s.text) for s in samples]
-                new = [t for t in dict.fromkeys(texts) if t not in self.seen]
+                new = self._ranked([t for t in dict.fromkeys(texts) if t not in self.seen], n)
                 bar.set_description(f"{label}round {index}: measuring {len(new)}")
                 outcomes = self.evaluator.evaluate(self.workload, new) if new else []
                 for text, outcome in zip(new, outcomes, strict=True):
                     self.seen[text] = Candidate(text, outcome, index)
                 self.account.spend(len(new))
-                mine = [self.seen[t] for t in texts]
+                self._learn(new, outcomes)
+                mine = [self.seen[t] for t in texts if t in self.seen]
                 latencies = [c.latency_s for c in mine if c.latency_s is not None]
                 best = self.best()
                 self.rounds.append(Round(
@@ -393,6 +423,54 @@ class _Search:
                 if best is not None:
                     bar.set_postfix_str(f"best {best.outcome.latency_s * 1e6:.1f} us")
             bar.set_description(label or "optimize")
+
+    def _ranked(self, texts: list[str], n: int) -> list[str]:
+        """The ``n`` of ``texts`` the cost model ranks first (in their order when there is no
+        cost model or no more than ``n``)."""
+        if len(texts) <= n or self.cost_model is None:
+            return texts[:n]
+        scores = self.cost_model.score(self.workload, self.target, texts)
+        order = sorted(range(len(texts)), key=lambda i: -scores[i])
+        return [texts[i] for i in sorted(order[:n])]
+
+    def _learn(self, texts: list[str], outcomes: list[Any]) -> None:
+        if self.cost_model is not None and texts:
+            self.cost_model.update(self.workload, self.target, texts, outcomes)
+
+    def run_search(self, progress: bool, label: str = "") -> None:
+        """MetaSchedule's evolutionary search for ``config.search`` kernels (what the budget
+        leaves, at most), seeded with every script timed so far."""
+        from tqdm.auto import tqdm
+
+        from codegen.search.tune import SearchConfig, search
+
+        trials = int(min(self.config.search, self.account.left()))
+        if trials < 1:
+            if self.config.search > 0:
+                self.stopped = "budget"
+            return
+        index = len(self.rounds)
+        seeds = [(c.script, c.outcome) for c in self.seen.values()]
+        config = SearchConfig(trials=trials, per_round=trials, seed=self.sampling.seed)
+        model = self.cost_model.model if self.cost_model is not None else None
+        with tqdm(total=trials, unit="kernel", desc=f"{label}search", disable=not progress,
+                  dynamic_ncols=True) as bar:
+            for found in search(self.workload, self.target, self.evaluator, config,
+                                cost_model=model, seeds=seeds):
+                timed = [(s, o) for s, o in zip(found.scripts, found.outcomes, strict=True)
+                         if s is not None and s not in self.seen]
+                for script, outcome in timed:
+                    self.seen[script] = Candidate(script, outcome, index, "search")
+                self.account.spend(len(found.outcomes))
+                latencies = [o.latency_s for _, o in timed if o.ok]
+                best = self.best()
+                self.rounds.append(Round(
+                    index, "search", best.outcome.latency_s if best else None,
+                    len(found.outcomes), len(found.outcomes), len(latencies),
+                    min(latencies) if latencies else None,
+                    best.outcome.latency_s if best else None))
+                bar.update(len(found.outcomes))
+                index += 1
 
     def retime(self, timer) -> dict[str, Any]:
         """The best script and the baselines timed again, together; {} when nothing is

@@ -1,0 +1,169 @@
+"""``optimize`` with a cost model and a search (training.optimize.kernel): the cost model ranks
+each round's ``width`` samples and only the ``k`` it ranks first are timed; it learns from
+every kernel timed; MetaSchedule's search then starts from every script the model timed, and
+its kernels are counted, kept and can win.  Fakes stand in for the model, the evaluator, the
+cost model and the search here, so that what is timed is known by construction; the real
+search's seeding is tested in tests/test_search_seeds.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from codegen.measure import Outcome, Status
+from training.optimize.kernel import OptimizeConfig, optimize
+
+SPEC = "dense(m=96,n=160,k=192,bias=0,act=none)"
+SCRIPTS = [f'block "T_matmul_NT" -> b{i}\n' for i in range(8)]
+LATENCY = dict(zip(SCRIPTS, [3e-3, 1e-3, 2e-3, 1.5e-3, 0.5e-3, 4e-3, 2.5e-3, 3.5e-3],
+                   strict=True))
+
+
+class _Evaluator:
+    """Each script times at its ``LATENCY``; the baselines at 5 ms; records what it timed."""
+
+    def __init__(self):
+        from codegen.targets import as_target
+
+        self.target, self.device, self.cache = as_target("llvm"), "fake cpu", None
+        self.timed: list[str] = []
+
+    def close(self):
+        pass
+
+    def evaluate_modules(self, workload, modules):
+        return {n: Outcome(Status.CORRECT, latency_s=5e-3, spread_s=0.0) for n in modules}
+
+    def evaluate(self, workload, scripts):
+        self.timed.extend(scripts)
+        return [Outcome(Status.CORRECT, latency_s=LATENCY.get(t, 4.5e-3), spread_s=0.0)
+                for t in scripts]
+
+
+class _CostModel:
+    """Scores each script by ``prefer`` (higher: ranked first) and records its updates."""
+
+    def __init__(self, prefer):
+        self.prefer, self.updates, self.model = prefer, [], object()
+
+    def score(self, workload, target, scripts):
+        return [self.prefer(s) for s in scripts]
+
+    def update(self, workload, target, scripts, outcomes):
+        self.updates.append((list(scripts), [o.latency_s for o in outcomes]))
+
+
+@pytest.fixture()
+def samples_all(monkeypatch):
+    """Sampling that writes the first ``n`` of SCRIPTS, whatever the prompt."""
+    import training.sampling.schedule_aware as aware
+
+    asked = []
+
+    def sample(model, tok, prompt, wl, target, config):
+        asked.append(config.n)
+        return [SimpleNamespace(text=t) for t in SCRIPTS[:config.n]]
+
+    monkeypatch.setattr(aware, "sample_schedule_aware", sample)
+    return asked
+
+
+def _start(ev):
+    from codegen.measured import Baselines
+    from training.optimize.kernel import measure_start
+
+    return measure_start(SPEC, ev, made=Baselines({"unscheduled": object(),
+                                                  "default": object()}))
+
+
+@pytest.mark.parametrize("prefer,expected", [
+    (lambda s: -LATENCY[s], {SCRIPTS[4], SCRIPTS[1]}),    # a cost model that knows
+    (lambda s: LATENCY[s], {SCRIPTS[5], SCRIPTS[7]}),     # one that has it backwards
+])
+def test_only_the_k_the_cost_model_ranks_first_are_timed(samples_all, prefer, expected):
+    ev, cost = _Evaluator(), _CostModel(prefer)
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=2, rounds=0, width=8),
+                      evaluator=ev, start=_start(ev), cost_model=cost)
+    assert samples_all == [8]                              # sampled wide...
+    assert set(ev.timed[:2]) == expected and len(ev.timed) == 2 + 1  # ...timed k, re-timed 1
+    assert result.rounds[0].attempts == 8 and result.rounds[0].measured == 2
+    assert result.measurements == 2 + 2 + 3                 # baselines, k, final re-timing
+    # It learns from what was timed, with the latencies measured.
+    assert cost.updates == [(ev.timed[:2], [LATENCY[t] for t in ev.timed[:2]])]
+    assert result.best.script == min(expected, key=LATENCY.get)
+
+
+def test_without_a_cost_model_a_width_is_refused_and_k_is_timed(samples_all):
+    ev = _Evaluator()
+    with pytest.raises(ValueError, match="cost model"):
+        optimize(None, None, SPEC, config=OptimizeConfig(k=2, rounds=0, width=8),
+                 evaluator=ev, start=_start(ev))
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=2, rounds=0), evaluator=ev,
+                      start=_start(ev))
+    assert samples_all == [2] and result.rounds[0].measured == 2
+    with pytest.raises(ValueError, match="width >= k"):
+        OptimizeConfig(k=4, width=2)
+    with pytest.raises(ValueError, match="search >= 0"):
+        OptimizeConfig(search=-1)
+
+
+class _Search:
+    """Stands in for ``codegen.search.tune.search``: records how it was called and proposes
+    ``proposals`` in rounds of ``per_round``, timed by the evaluator it is given."""
+
+    def __init__(self, proposals, per_round=2):
+        self.proposals, self.per_round, self.calls = proposals, per_round, []
+
+    def __call__(self, workload, target, evaluator, config, *, cost_model=None, seeds=()):
+        from codegen.search.tune import Round
+
+        self.calls.append(SimpleNamespace(trials=config.trials, cost_model=cost_model,
+                                          seeds=list(seeds)))
+        todo = self.proposals[:config.trials]
+        for index in range(0, len(todo), self.per_round):
+            scripts = todo[index:index + self.per_round]
+            yield Round(index, scripts, evaluator.evaluate(workload, scripts), 0.0)
+
+
+def test_the_search_starts_from_every_script_timed_and_its_kernels_count(samples_all,
+                                                                         monkeypatch):
+    import codegen.search.tune as tune
+
+    fake = _Search(SCRIPTS[4:8])             # the search finds the fastest (SCRIPTS[4])
+    monkeypatch.setattr(tune, "search", fake)
+    ev, cost = _Evaluator(), _CostModel(lambda s: 0.0)
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=3, rounds=0, search=4),
+                      evaluator=ev, start=_start(ev), cost_model=cost)
+    [call] = fake.calls
+    assert call.trials == 4 and call.cost_model is cost.model
+    assert [s for s, _ in call.seeds] == SCRIPTS[:3]
+    assert [o.latency_s for _, o in call.seeds] == [LATENCY[s] for s in SCRIPTS[:3]]
+    model_round, *search_rounds = result.rounds
+    assert model_round.prompt == "construction"
+    assert [r.prompt for r in search_rounds] == ["search", "search"]
+    assert sum(r.measured for r in search_rounds) == 4
+    assert result.measurements == 2 + 3 + 4 + 3
+    assert result.best.script == SCRIPTS[4] and result.best.source == "search"
+    assert result.winner == "best" and result.improved
+    assert result.spent == {"baselines": 2, "given": 0, "sampled": 3 + 4, "retimed": 3}
+
+
+def test_the_budget_bounds_the_search(samples_all, monkeypatch):
+    import codegen.search.tune as tune
+
+    fake = _Search(SCRIPTS[3:8])
+    monkeypatch.setattr(tune, "search", fake)
+    ev = _Evaluator()
+    # 2 baselines + 3 sampled + 3 re-timed leave 2 of a budget of 10 for the search.
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=3, rounds=0, search=5,
+                                                              budget=10),
+                      evaluator=ev, start=_start(ev))
+    assert [c.trials for c in fake.calls] == [2]
+    assert result.measurements == 10
+    # The budget spent, no search is started at all.
+    fake.calls.clear()
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=3, rounds=0, search=5,
+                                                              budget=8),
+                      evaluator=ev, start=_start(ev))
+    assert fake.calls == [] and result.stopped == "budget" and result.measurements == 8

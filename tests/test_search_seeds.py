@@ -1,0 +1,70 @@
+"""A MetaSchedule search that starts from scripts measured before it (``codegen.search.tune``
+with ``seeds``): the seeds go into its database and its cost model first, and are not timed
+again; a script the workload refuses is skipped.  The seeds are the records of the session's
+real search (``conftest.datagen_dir``); the seeded search is real too (slow pass)."""
+
+from __future__ import annotations
+
+import pytest
+
+from codegen.search.tune import SearchConfig, search
+from codegen.workloads import workload
+
+pytestmark = pytest.mark.slow
+
+SPEC = "matmul(m=32,n=32,k=32)"
+
+
+class _Recording:
+    """A MetaSchedule cost model (random scores) that records what it is taught."""
+
+    def __new__(cls):
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir import meta_schedule as ms
+
+        @derived_object
+        class Recording(ms.cost_model.PyCostModel):
+            def __init__(self):
+                super().__init__()
+                self.taught = []
+
+            def update(self, context, candidates, results):
+                self.taught.append([r.run_secs for r in results])
+
+            def predict(self, context, candidates):
+                import numpy as np
+
+                return np.random.uniform(size=len(candidates))
+
+        return Recording()
+
+
+def test_seeds_go_to_the_database_and_the_cost_model_and_are_not_timed_again(
+        datagen_dir, llvm2_evaluator, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from codegen.measure import Outcome, Status
+    from training.datagen.records import RecordStore
+
+    wl = workload(SPEC)
+    first = [(r.script, Outcome(Status(r.status), latency_s=r.latency_s))
+             for r in RecordStore(str(datagen_dir)).all_records() if r.workload == SPEC]
+    assert len(first) > 4 and any(o.ok for _, o in first)
+    # A seed that failed (its script is real, its outcome a timeout) goes in as MetaSchedule's
+    # failed trial, with no run time.
+    first[-1] = (first[-1][0], Outcome(Status.TIMEOUT, "run", "past its time limit"))
+    refused = ('block "no_such_block" -> b0\n', first[0][1])
+    cost = _Recording()
+    rounds = list(search(wl, llvm2_evaluator.target, llvm2_evaluator,
+                         SearchConfig(trials=4, per_round=4, population=32, seed=1),
+                         work_dir=str(tmp_path), cost_model=cost, seeds=first + [refused]))
+    again = [s for r in rounds for s in r.scripts]
+    assert len(again) == 4
+    assert not {s for s, _ in first} & set(again)        # a seed is never timed again
+    # The cost model was taught the seeds first (the refused one skipped), then each round.
+    assert len(cost.taught[0]) == len(first) and len(cost.taught) == 1 + len(rounds)
+    seeded = [secs for secs in cost.taught[0] if secs is not None]
+    assert len(seeded) == sum(o.ok for _, o in first)
+    # TVM's own database holds the seeds beside the search's records.
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path), module_equality="structural")
+    assert len(db) == len(first) + 4
