@@ -3,7 +3,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-all lint bench clean pipeline default-model
+.PHONY: demo test test-slow test-all lint bench clean pipeline default-model corpus-grow \
+	corpus-datasets
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -86,4 +87,18 @@ default-model: | $(STAMP)
 	    SFT_FLAGS="--hidden-size 128 --layers 2"
 	rm -rf training/models/dragon-tiny.new && mkdir -p training/models/dragon-tiny.new
 	cd $(DEFAULT_RUNS)/rl-tiny/final && cp $(MODEL_FILES) $(CURDIR)/training/models/dragon-tiny.new/
+	cp training/models/dragon-tiny/cost_model.* training/models/dragon-tiny.new/ 2>/dev/null || true
 	rm -rf training/models/dragon-tiny && mv training/models/dragon-tiny.new training/models/dragon-tiny
+
+# The kept corpus (corpus/llvm, see corpus/README.md).  corpus-grow searches N more of its
+# 1,000 workloads (2 to 4 minutes each on 2 cores; kill -9 loses nothing and the same command
+# continues); corpus-datasets rebuilds its Hugging Face datasets and card from the kept records,
+# searching nothing.
+CORPUS ?= corpus/llvm
+N ?= 10
+CORPUS_RUN = $(BIN)/dragon datagen --preset tiny --sample 1000 --out $(CORPUS)
+corpus-grow: $(STAMP)
+	$(CORPUS_RUN) --records-only --grow $(N)
+
+corpus-datasets: $(STAMP)
+	$(CORPUS_RUN) --grow 0

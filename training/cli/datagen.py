@@ -70,6 +70,8 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
         raise UsageError("name the workloads: --preset, --workload SPEC or --sample N")
     if args.limit:
         specs = specs[:args.limit]
+    if args.grow is not None and args.grow < 0:
+        raise UsageError(f"Expected --grow >= 0 but got --grow {args.grow}")
     time_limit = args.time_limit_s or (chosen.time_limit_s if chosen else 1800.0)
     try:
         tasks = tasks_for(specs, target, rules, search, time_limit)
@@ -146,7 +148,7 @@ def cmd_datagen(args) -> int:
           file=sys.stderr)
     try:
         report = generate(tasks, out, pool, settings=settings, retry_failed=args.retry_failed,
-                          progress=not args.quiet)
+                          progress=not args.quiet, grow=args.grow)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # the disk filled or the folder was taken away during the run
@@ -287,6 +289,10 @@ def register(subparsers) -> None:
     p.add_argument("--retries", type=int, default=1,
                    help="times a crashed or overrunning task is retried before it is recorded "
                         "as failed (default: 1)")
+    p.add_argument("--grow", type=int, metavar="N",
+                   help="run only N of the workloads not yet done, then stop (the run's "
+                        "workload list stays whole: the same command grows it by N more); 0 "
+                        "searches nothing and builds the datasets from the records kept")
     p.add_argument("--retry-failed", action="store_true",
                    help="run again the tasks an earlier run recorded as failed")
     p.add_argument("--records-only", action="store_true",

@@ -78,8 +78,11 @@ def _commit(store: RecordStore, result: TaskResult) -> None:
 
 def generate(tasks: list[Task], out: str, pool: Any, *, settings: dict[str, Any] | None = None,
              retry_failed: bool = False, progress: bool = True,
-             on_task: Callable[[TaskSummary], None] | None = None) -> RunReport:
-    """Run the tasks of ``tasks`` not yet committed in ``out`` on ``pool`` and commit them."""
+             on_task: Callable[[TaskSummary], None] | None = None,
+             grow: int | None = None) -> RunReport:
+    """Run the tasks of ``tasks`` not yet committed in ``out`` on ``pool`` and commit them;
+    ``grow``: only the first ``grow`` of those (a corpus grown by N workloads a run, the run's
+    task list unchanged, so that the next run continues it)."""
     from tqdm.auto import tqdm
 
     os.makedirs(out, exist_ok=True)
@@ -89,6 +92,8 @@ def generate(tasks: list[Task], out: str, pool: Any, *, settings: dict[str, Any]
     todo = [t for t in tasks if t.key not in done
             or (retry_failed and done[t.key].status == "failed")]
     report = RunReport(tasks=len(tasks), skipped=len(tasks) - len(todo))
+    if grow is not None:
+        todo = todo[:grow]
     if not todo:
         return report
     start = time.perf_counter()
