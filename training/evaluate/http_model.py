@@ -240,9 +240,9 @@ class HttpModel:
         except urllib.error.URLError as exc:
             reason = exc.reason
             if isinstance(reason, TimeoutError):
-                raise self._fail(f"no answer within {self.spec.timeout_s:g} s") from None
+                raise self._fail(f"no complete answer within {self.spec.timeout_s:g} s") from None
             raise self._fail(f"cannot connect ({reason})") from None
         except TimeoutError:
-            raise self._fail(f"no answer within {self.spec.timeout_s:g} s") from None
+            raise self._fail(f"no complete answer within {self.spec.timeout_s:g} s") from None
         except (OSError, ValueError) as exc:  # a connection reset, a malformed status line
             raise self._fail(f"{type(exc).__name__}: {exc}") from None
