@@ -130,9 +130,12 @@ def test_score_is_metaschedules_predict_on_the_same_features(trained, groups, fe
 
 
 def test_save_load_round_trip_gives_identical_scores(trained, groups, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
     path = tmp_path / "cm.tar"
     trained.save(path)
     loaded = CostModel.load(path)
+    assert isinstance(loaded.model, ms.cost_model.XGBModel)   # what tune.search can be given
     assert loaded.data_size == trained.data_size
     for group in groups:
         scripts = _scripts(group)
@@ -188,12 +191,6 @@ def test_a_loaded_model_retrains_at_every_round_of_a_run(trained, groups, tmp_pa
         chosen = scripts[2 * round_:2 * round_ + 2]
         model.update(group.workload, group.target, chosen, [5e-2, 1e-1])
         assert xgb.booster is not booster and xgb.last_train_size == xgb.data_size
-
-
-def test_the_underlying_model_is_metaschedules(trained):
-    from tvm.s_tir import meta_schedule as ms
-
-    assert isinstance(trained.model, ms.cost_model.XGBModel)
 
 
 # ---- ranking metrics -------------------------------------------------------------------------
@@ -340,3 +337,16 @@ def test_dragon_cost_model_without_a_correct_candidate_exits_1(dragon, datagen_d
     done = dragon(["cost-model", "--records", failed, "--out", tmp_path / "cm.tar", "--quiet"])
     assert done.returncode == 1
     _one_line(done.stderr, "correct candidate")
+
+
+def test_the_shipped_cost_model_loads_and_matches_its_report():
+    """``make cost-model``'s output beside the built-in model: MetaSchedule's file, small, and
+    what its report says."""
+    from training.models.builtin import DEFAULT_MODEL
+
+    path = DEFAULT_MODEL / "cost_model.tar"
+    report = json.loads((DEFAULT_MODEL / "cost_model.json").read_text())
+    model = CostModel.load(path)
+    assert model.trained and model.data_size == report["kept"] <= report["trained_on"]
+    assert report["model_bytes"] == path.stat().st_size < 2_000_000
+    assert {"pretrained", "untrained"} <= set(report["summaries"])
