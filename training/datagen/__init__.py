@@ -8,5 +8,7 @@
   ``ray_pool.py``: the same over a Ray cluster;
 - ``examples.py``: construction and refinement examples from records, splits by workload;
 - ``dataset.py``: Hugging Face datasets on disk; ``card.py``: the dataset card and plots;
-- ``from_database.py``: records from a MetaSchedule JSON database (``--from-database``).
+- ``from_database.py``: records from a MetaSchedule JSON database (``--from-database``);
+- ``cost_model.py``: ``dragon cost-model``, MetaSchedule's cost model trained on the records,
+  with how it ranks held-out workloads' candidates beside the untrained model.
 """
