@@ -50,8 +50,8 @@ class _CostModel:
     def score(self, workload, target, scripts):
         return [self.prefer(s) for s in scripts]
 
-    def update(self, workload, target, scripts, outcomes):
-        self.updates.append((list(scripts), [o.latency_s for o in outcomes]))
+    def update(self, workload, target, scripts, latencies):
+        self.updates.append((list(scripts), list(latencies)))
 
 
 @pytest.fixture()
@@ -167,3 +167,21 @@ def test_the_budget_bounds_the_search(samples_all, monkeypatch):
                                                               budget=8),
                       evaluator=ev, start=_start(ev))
     assert fake.calls == [] and result.stopped == "budget" and result.measurements == 8
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--width", "8", "-k", "2", "--cost-model", "none"],
+     "--width 8: no cost model to rank the samples (--cost-model none)"),
+    (["--cost-model", "{missing}"], "--cost-model {missing}: "),
+    (["--cost-model", "{garbage}"], "--cost-model {garbage}: "),
+])
+def test_a_cost_model_that_cannot_rank_is_refused_before_any_work(dragon_cmd, tmp_path, flags,
+                                                                   needle):
+    garbage = tmp_path / "garbage.tar"
+    garbage.write_bytes(b"not a tar file")
+    names = {"missing": str(tmp_path / "nothing.tar"), "garbage": str(garbage)}
+    flags = [f.format(**names) for f in flags]
+    out = tmp_path / "best.dragon"
+    done = dragon_cmd(["optimize", SPEC, "--out", str(out), "-q", *flags])
+    assert done.returncode == 2 and needle.format(**names) in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()

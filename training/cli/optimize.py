@@ -165,8 +165,9 @@ def cmd_optimize(args) -> int:
     measure = measure_from_args(args)
     if args.builders is not None and args.builders < 1:
         raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
+    cost_model = cli_cost_model(args.cost_model, target, config)
     if whole:
-        return run_optimize_model(args, target, config, sampling, measure, path)
+        return run_optimize_model(args, target, config, sampling, measure, path, cost_model)
     old = script_to_refine(args.refine) if args.refine else None
     out = args.out or default_out(wl)
     if Path(out).is_dir() or not Path(out).resolve().parent.is_dir():
@@ -186,7 +187,8 @@ def cmd_optimize(args) -> int:
         _check_runs(start, wl, ev)
         model, tokenizer = load_model(path)
         result = optimize(model, tokenizer, wl, target, config=config, sampling=sampling,
-                          refine=old, evaluator=ev, start=start, progress=progress)
+                          refine=old, evaluator=ev, start=start, progress=progress,
+                          cost_model=cost_model)
     written = lost = None
     if result.best_script is not None:
         try:
@@ -205,6 +207,22 @@ def cmd_optimize(args) -> int:
     if lost:
         print(f"dragon: {lost}; the script is in the result printed on stdout", file=sys.stderr)
     return ExitCode.OK if written is not None else ExitCode.FINDINGS
+
+
+def cli_cost_model(choice: str, target, config):
+    """``--cost-model``, loaded before anything is measured; a --width with no cost model to
+    rank it is refused."""
+    from codegen.search.cost_model import CostModelError
+    from training.models.builtin import load_cost_model
+
+    try:
+        cost_model = load_cost_model(choice, target.kind.name)
+    except CostModelError as exc:
+        raise UsageError(f"--cost-model {choice}: {exc}") from None
+    if cost_model is None and config.width is not None and config.width > config.k:
+        raise UsageError(f"--width {config.width}: no cost model to rank the samples "
+                         f"(--cost-model {choice}); drop --width or give a cost model")
+    return cost_model
 
 
 # torch.manual_seed takes -2**63 .. 2**64 - 1; round r samples with seed + r.
@@ -267,6 +285,11 @@ def register(subparsers) -> None:
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict "
                    "(default: llvm)")
     add_config_arguments(p, OptimizeConfig, aliases={"k": ("-k",)})
+    p.add_argument("--cost-model", default="auto", metavar="FILE",
+                   help="the cost model that ranks --width samples and the --search "
+                        "candidates: a file saved by `dragon cost-model`, none, or auto (the "
+                        "built-in one, trained on the kept corpus, for llvm targets; none "
+                        "elsewhere)")
     p.add_argument("--refine", metavar="SCRIPT", help="start from this script: round 0 "
                    "refines it (it is measured first and must be correct); - reads stdin")
     p.add_argument("--out", metavar="FILE", help="where to write the best script (default: "

@@ -150,7 +150,8 @@ def format_model_report(result) -> str:
     return "\n".join([*lines, warning] if warning else lines)
 
 
-def run_optimize_model(args, target, config, sampling, measure, path: str) -> int:
+def run_optimize_model(args, target, config, sampling, measure, path: str,
+                       cost_model=None) -> int:
     """What ``dragon optimize`` runs for a whole model (flags parsed and checked)."""
     from training.optimize.kernel import OptimizeError
     from training.optimize.model import ModelOptimizeConfig, optimize_model
@@ -189,7 +190,7 @@ def run_optimize_model(args, target, config, sampling, measure, path: str) -> in
                                     evaluator=ev, config=config, model_config=model_config,
                                     sampling=sampling, measure=measure,
                                     progress=not args.quiet, say=say,
-                                    loader=lambda: load_model(path))
+                                    loader=lambda: load_model(path), cost_model=cost_model)
         except OptimizeError as exc:
             raise UsageError(f"--budget: {exc}") from None
     lost = None

@@ -13,9 +13,13 @@ from pathlib import Path
 
 from dragon_dsl.errors import DragonError
 
-__all__ = ["DEFAULT_MODEL", "DefaultModelMissing", "default_model_dir"]
+__all__ = ["DEFAULT_COST_MODEL", "DEFAULT_MODEL", "DefaultModelMissing", "default_model_dir",
+           "load_cost_model"]
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "dragon-tiny"
+# MetaSchedule's XGBoost cost model trained on the kept corpus' records (`make cost-model`):
+# llvm on this project's machine, so it is used for llvm targets only.
+DEFAULT_COST_MODEL = DEFAULT_MODEL / "cost_model.tar"
 
 
 class DefaultModelMissing(DragonError):
@@ -31,3 +35,18 @@ def default_model_dir() -> Path:
             f"the built-in model is incomplete ({', '.join(missing)} missing in "
             f"{DEFAULT_MODEL}): run `make default-model`, or pass --model DIR")
     return DEFAULT_MODEL
+
+
+def load_cost_model(choice: str, target_kind: str):
+    """The cost model ``choice`` names: ``"auto"`` (the built-in one for an llvm target when
+    it is there, else none), ``"none"``, or a file saved by ``dragon cost-model``.  A file
+    that does not load raises ``codegen.search.cost_model.CostModelError`` naming it."""
+    if choice == "none":
+        return None
+    if choice == "auto":
+        if target_kind != "llvm" or not DEFAULT_COST_MODEL.is_file():
+            return None
+        choice = str(DEFAULT_COST_MODEL)
+    from codegen.search.cost_model import CostModel
+
+    return CostModel.load(choice)

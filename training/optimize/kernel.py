@@ -435,7 +435,8 @@ class _Search:
 
     def _learn(self, texts: list[str], outcomes: list[Any]) -> None:
         if self.cost_model is not None and texts:
-            self.cost_model.update(self.workload, self.target, texts, outcomes)
+            self.cost_model.update(self.workload, self.target, texts,
+                                   [o.latency_s if o.ok else None for o in outcomes])
 
     def run_search(self, progress: bool, label: str = "") -> None:
         """MetaSchedule's evolutionary search for ``config.search`` kernels (what the budget

@@ -162,13 +162,15 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
                    database: str, evaluator: Evaluator, config: OptimizeConfig | None = None,
                    model_config: ModelOptimizeConfig | None = None,
                    sampling: SamplingConfig | None = None, measure: MeasureConfig | None = None,
-                   progress: bool = False, say=None, loader=None) -> ModelResult:
+                   progress: bool = False, say=None, loader=None,
+                   cost_model: Any = None) -> ModelResult:
     """Optimize every task of ``mod`` (``tasks``: ``codegen.workloads.models.ModelTask``s) on
     ``evaluator``'s target and measure the model end to end (see the module's docstring).
     ``config.budget`` is the budget of the whole model.  ``model`` and ``tokenizer`` may be
     None with ``loader``, a function that returns both, called once the starts are measured
     (loading a model takes seconds a usage error should not wait for).  ``say(text)`` hears
-    each step."""
+    each step.  ``cost_model`` ranks samples and the searches of every task (``optimize``), and
+    learns from all of them."""
     from codegen.model_build import measure_models
     from codegen.search.database import DatabaseRecord
 
@@ -198,6 +200,7 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
         result = optimize(model, tokenizer, task.workload,
                           config=replace(config, budget=budget), sampling=sampling,
                           evaluator=evaluator, start=start, progress=progress,
+                          cost_model=cost_model,
                           label=f"task {i + 1}/{len(tasks)} {task.name}: ")
         results.append(TaskResult(task.spec, task.name, task.weight, budget, result))
     records = []

@@ -1,0 +1,298 @@
+"""Does ``dragon optimize`` beat MetaSchedule at MetaSchedule's own budget?
+
+For each held-out workload (a shape no kept training run searched: the script refuses one
+that is in the corpus) and each budget n of candidate kernels timed (8, 16, 32, 64 by default):
+
+* **MetaSchedule** as a user runs it: ``tune_tir(mod, target, work_dir,
+  max_trials_global=64)`` with its LocalBuilder, LocalRunner and XGBoost cost model, started
+  from nothing; its budget curve is the best (by its own timing) among the first n records of
+  its database, and one separate run at 16 checks that reading a curve from one run is fair;
+* **dragon**: ``optimize`` with the built-in model, the cost model that has seen search (when
+  ``training/models/dragon-tiny/cost_model.tar`` is there; ``--cost-model none`` turns it off)
+  ranking ``--width`` samples per round, and MetaSchedule's evolutionary search seeded with
+  what the model timed for the rest of the budget (``--model-share`` of it goes to the model's
+  rounds); its curve is the best (by our timing) among the first n candidates it timed, and a
+  separate run at 16 again;
+* then, for each n, both best kernels are rebuilt, checked against the unscheduled kernel's
+  output and timed together, interleaved (``--retimes`` rounds, the order alternating), by one
+  Evaluator in this run; the table gives the medians and MetaSchedule's latency over ours, a
+  ratio inside the two timings' spread being a tie (``codegen.measured.compare``).
+
+Wall-clock time to result is each side's whole run, sampling, search and measurement included.
+Prints the budget curves side by side, writes ``--out`` (JSON) and a plot beside it.
+
+    python benchmarks/bench_vs_metaschedule.py                       # all held-out workloads
+    python benchmarks/bench_vs_metaschedule.py --workloads 'softmax(m=384,n=768)' --budgets 8 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HELD_OUT = [
+    "matmul(m=192,n=320,k=256)",
+    "dense(m=96,n=640,k=384,bias=1,act=relu)",
+    "batch_matmul(b=6,m=96,n=80,k=64)",
+    "conv2d(n=1,h=28,w=28,ci=48,co=64,kh=3,kw=3,stride=1,pad=1)",
+    "softmax(m=384,n=768)",
+    "layer_norm(m=384,n=768)",
+    "reduce(m=512,n=1024,op=sum)",
+]
+BUDGETS = (8, 16, 32, 64)
+TARGET = {"kind": "llvm", "num-cores": 2}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Side:
+    """One run of one side: the candidates in the order timed, (script, latency or None)."""
+
+    name: str
+    timed: list[tuple[str | None, float | None]]
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+    def best_of_first(self, n: int) -> tuple[str | None, float | None]:
+        correct = [(s, lat) for s, lat in self.timed[:n] if s is not None and lat is not None]
+        return min(correct, key=lambda x: x[1]) if correct else (None, None)
+
+
+def trained_specs() -> set[str]:
+    """Every workload a kept or shipped training run searched (the corpus' records)."""
+    from training.datagen.records import RecordStore
+
+    specs = set()
+    for folder in (ROOT / "corpus").glob("*"):
+        if (folder / "records").is_dir():
+            specs |= {r.workload for r in RecordStore(str(folder)).all_records()}
+    return specs
+
+
+def metaschedule(spec: str, trials: int, seed: int) -> Side:
+    """``tune_tir`` as a user runs it; the records of its JSON database in commit order, as
+    scripts with MetaSchedule's own latencies."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from codegen.search.baselines import unnamed_handlers_aside
+    from codegen.targets import as_module, as_target
+    from codegen.workloads import workload
+    from training.datagen.from_database import database_records
+
+    wl = workload(spec)
+    with tempfile.TemporaryDirectory(prefix="bench-ms-") as work_dir:
+        started = time.perf_counter()
+        with unnamed_handlers_aside():
+            ms.tune_tir(as_module(wl), as_target(TARGET), work_dir, max_trials_global=trials,
+                        seed=seed)
+        seconds = time.perf_counter() - started
+        records = [r for group in database_records(work_dir, target=TARGET)
+                   for r in group.records]
+    timed = [(r.script if r.script else None,
+              r.latency_s if r.status == "correct" else None) for r in records]
+    return Side("metaschedule", timed, seconds)
+
+
+def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path: str | None,
+           evaluator, share: float, width: int) -> Side:
+    """``optimize``: round(share x trials) kernels from the model's rounds (two rounds, the
+    second refining the first's best, when there are at least 4), the rest from the seeded
+    search; the candidates in the order timed."""
+    from codegen.workloads import workload
+    from training.optimize.kernel import OptimizeConfig, optimize
+    from training.sampling.config import SamplingConfig
+
+    cost_model = None
+    if cost_model_path:
+        from codegen.search.cost_model import CostModel
+
+        cost_model = CostModel.load(cost_model_path)
+    from_model = max(1, round(share * trials))
+    rounds = 1 if from_model >= 4 else 0
+    k = from_model // (rounds + 1)
+    config = OptimizeConfig(k=k, rounds=rounds, search=trials - k * (rounds + 1),
+                            width=max(k, width) if cost_model is not None else None)
+    started = time.perf_counter()
+    result = optimize(model, tokenizer, workload(spec), config=config,
+                      sampling=SamplingConfig(seed=seed), evaluator=evaluator,
+                      cost_model=cost_model)
+    seconds = time.perf_counter() - started
+    timed = [(c.script, c.latency_s) for c in result.candidates if c.source != "given"]
+    return Side("dragon", timed, seconds,
+                {"sources": [c.source for c in result.candidates],
+                 "spent": result.spent, "config": vars(config)})
+
+
+def head_to_head(evaluator, spec: str, scripts: dict[str, str | None], retimes: int) -> dict:
+    """Each script and the unscheduled kernel timed ``retimes`` times, interleaved, the order
+    alternating; the median latency, the spread and the status of each."""
+    from codegen.measured import Baselines, make_baselines, measure_beside, outcomes
+    from codegen.workloads import workload
+
+    wl = workload(spec)
+    made = make_baselines(wl, evaluator.target)
+    base = Baselines({"unscheduled": made.modules["unscheduled"]})
+    named = {n: s for n, s in scripts.items() if s is not None}
+    times: dict[str, list[float]] = {n: [] for n in [*named, "unscheduled"]}
+    status: dict[str, str] = {}
+    for i in range(retimes):
+        order = dict(sorted(named.items(), reverse=bool(i % 2)))
+        for name, outcome in outcomes(measure_beside(evaluator, wl, order, base)).items():
+            status[name] = outcome.status.value
+            if outcome.ok:
+                times[name].append(outcome.latency_s)
+    return {n: {"median_s": statistics.median(t) if t else None,
+                "spread_s": (max(t) - min(t)) if len(t) > 1 else None,
+                "status": status.get(n, "none")} for n, t in times.items()}
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x is not None and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from codegen.measure import Evaluator
+    from training.cli.common import load_model
+    from training.models.builtin import DEFAULT_MODEL, default_model_dir
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workloads", nargs="+", default=HELD_OUT)
+    p.add_argument("--budgets", nargs="+", type=int, default=list(BUDGETS))
+    p.add_argument("--separate", type=int, default=16,
+                   help="The budget also run on its own by each side (0: none).")
+    p.add_argument("--model", default=None, help="A model directory (default: the built-in).")
+    p.add_argument("--cost-model", default=str(DEFAULT_MODEL / "cost_model.tar"),
+                   help="The cost model file, or 'none'.")
+    p.add_argument("--model-share", type=float, default=0.25,
+                   help="The share of each budget timed from the model's rounds.")
+    p.add_argument("--width", type=int, default=32,
+                   help="Samples per model round for the cost model to rank.")
+    p.add_argument("--retimes", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="bench_vs_metaschedule.json")
+    args = p.parse_args(argv)
+
+    held = trained_specs()
+    seen = [w for w in args.workloads if w in held]
+    if seen:
+        print(f"not held out (searched by a kept training run): {', '.join(seen)}",
+              file=sys.stderr)
+        return 2
+    cost_model = None if args.cost_model == "none" else args.cost_model
+    if cost_model is not None and not Path(cost_model).is_file():
+        print(f"no cost model at {cost_model}: train it (make cost-model) or pass "
+              "--cost-model none", file=sys.stderr)
+        return 2
+    model, tokenizer = load_model(args.model or str(default_model_dir()))
+    top = max(args.budgets)
+    rows, report = [], {"target": TARGET, "budgets": args.budgets, "args": vars(args),
+                        "workloads": []}
+    with Evaluator(TARGET, cache=False) as ev:
+        for spec in args.workloads:
+            print(f"{spec}: MetaSchedule {top} ...", flush=True)
+            theirs = metaschedule(spec, top, args.seed)
+            print(f"{spec}: dragon {top} ...", flush=True)
+            ours = dragon(spec, top, args.seed, model, tokenizer, cost_model, ev,
+                          args.model_share, args.width)
+            runs = {"metaschedule": {top: theirs}, "dragon": {top: ours}}
+            if args.separate and args.separate < top:
+                runs["metaschedule"][args.separate] = metaschedule(spec, args.separate,
+                                                                   args.seed)
+                runs["dragon"][args.separate] = dragon(
+                    spec, args.separate, args.seed, model, tokenizer, cost_model, ev,
+                    args.model_share, args.width)
+            entry = {"workload": spec, "curves": []}
+            for n in args.budgets:
+                scripts = {"dragon": ours.best_of_first(n)[0],
+                           "metaschedule": theirs.best_of_first(n)[0]}
+                timed = head_to_head(ev, spec, scripts, args.retimes)
+                entry["curves"].append({"budget": n, "scripts": scripts, "timed": timed})
+                rows.append((spec, n, timed))
+            for n, side in [(b, s) for name in runs for b, s in runs[name].items()]:
+                entry.setdefault("seconds", {}).setdefault(side.name, {})[n] = side.seconds
+            if args.separate and args.separate < top:
+                scripts = {"dragon": runs["dragon"][args.separate].best_of_first(
+                               args.separate)[0],
+                           "metaschedule": runs["metaschedule"][args.separate].best_of_first(
+                               args.separate)[0]}
+                entry["separate"] = {"budget": args.separate, "scripts": scripts,
+                                     "timed": head_to_head(ev, spec, scripts, args.retimes)}
+            entry["dragon"] = ours.extra
+            report["workloads"].append(entry)
+            Path(args.out).write_text(json.dumps(report, indent=1))
+    _print(report)
+    _plot(report, Path(args.out).with_suffix(".png"))
+    return 0
+
+
+def _ratio(timed: dict) -> float | None:
+    ours, theirs = timed["dragon"]["median_s"], timed["metaschedule"]["median_s"]
+    if ours is None or theirs is None:
+        return None
+    return theirs / ours
+
+
+def _print(report: dict) -> None:
+    print(f"\n{'workload':58s} {'n':>3s} {'MetaSchedule':>13s} {'dragon':>11s} "
+          f"{'MS/dragon':>9s} {'unsched':>10s}")
+    for entry in report["workloads"]:
+        for curve in entry["curves"]:
+            t = curve["timed"]
+            ms_, dr = t["metaschedule"]["median_s"], t["dragon"]["median_s"]
+            r = _ratio(t)
+            print(f"{entry['workload']:58s} {curve['budget']:3d} "
+                  f"{_us(ms_):>13s} {_us(dr):>11s} "
+                  f"{'-' if r is None else f'{r:.2f}x':>9s} "
+                  f"{_us(t['unscheduled']['median_s']):>10s}")
+    print("\ngeometric mean of MetaSchedule's latency over dragon's, by budget:")
+    for n in report["budgets"]:
+        ratios = [_ratio(c["timed"]) for e in report["workloads"] for c in e["curves"]
+                  if c["budget"] == n]
+        known = [r for r in ratios if r is not None]
+        g = geomean(known)
+        print(f"  n={n:3d}: {'-' if g is None else f'{g:.2f}x'}  median "
+              f"{statistics.median(known) if known else float('nan'):.2f}x  "
+              f"dragon faster on {sum(r > 1 for r in known)} of {len(known)}")
+    print("\nwall-clock seconds (dragon / MetaSchedule):")
+    for e in report["workloads"]:
+        secs = e.get("seconds", {})
+        print(f"  {e['workload']:58s} " + "  ".join(
+            f"n={n}: {secs.get('dragon', {}).get(n, float('nan')):.0f} / "
+            f"{secs.get('metaschedule', {}).get(n, float('nan')):.0f}"
+            for n in sorted(secs.get("dragon", {}))))
+
+
+def _us(secs: float | None) -> str:
+    return "-" if secs is None else f"{secs * 1e6:.1f} us"
+
+
+def _plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for e in report["workloads"]:
+        xs = [c["budget"] for c in e["curves"]]
+        ys = [_ratio(c["timed"]) or float("nan") for c in e["curves"]]
+        ax.plot(xs, ys, marker="o", label=e["workload"].split("(")[0])
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("candidate kernels timed")
+    ax.set_ylabel("MetaSchedule latency / dragon latency")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
