@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from codegen.search.tune import SearchConfig
 from training.datagen.generate import generate
 from training.datagen.pool import failed_result
