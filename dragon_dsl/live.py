@@ -308,6 +308,12 @@ class LiveSchedule:
         """The results of ``sample_compute_location`` whose location still exists."""
         return [n for n in self._locations if self.alive(n)]
 
+    def bound_blocks(self) -> list[str]:
+        """The blocks a live name already holds.  ``block "NAME"`` for one of them binds a
+        second name to the same block and changes nothing; MetaSchedule's scripts never write
+        it before ``postproc`` (none of the kept corpus' scripts do)."""
+        return [self.sch.get(self.rvs[n]).name_hint for n in self.names("block")]
+
     def block_names(self) -> list[str]:
         """The blocks of the current module (what ``block "NAME"`` may fetch), root first."""
         found: list[str] = []

@@ -46,6 +46,7 @@ class LiveView:
     rfactor_ranks: dict[str, int | None]     # loop in scope -> ``rfactor_rank``
     namer: dict[str, Any] = field(default_factory=dict)  # the encoder's naming state
     nice: list[str] = field(default_factory=list)
+    bound: list[str] = field(default_factory=list)   # ``bound_blocks()``
     error: str = ""                          # a query failed while recording: narrow nothing
 
     @classmethod
@@ -72,7 +73,7 @@ class LiveView:
                     except Exception:  # noqa: BLE001  e.g. producers of the root block
                         related[b][op] = None
             return cls(scope=scope, location_names=live.locations(),
-                       blocks=live.block_names(),
+                       blocks=live.block_names(), bound=live.bound_blocks(),
                        loops_of={b: live.loops(b) for b in blocks}, related_of=related,
                        buffers_of={b: live.buffers(b) for b in blocks},
                        extents={lp: live.extent(lp) for lp in loops},
@@ -111,6 +112,9 @@ class LiveView:
 
     def block_names(self) -> list[str]:
         return list(self.blocks)
+
+    def bound_blocks(self) -> list[str]:
+        return list(self.bound)
 
     def loops(self, block: str) -> list[Loop]:
         return list(self.loops_of[block])

@@ -261,3 +261,28 @@ def test_the_independent_apply_check_refuses_what_tvm_refuses():
     assert not applies_in_tvm('block "no_such_block" -> b0\n', "softmax(m=32,n=64)")
     assert not applies_in_tvm('block "T_softmax_norm" -> b0\nloops b0 -> i, j\n'
                               'split j [3, 3] -> j0, j1\n', "softmax(m=32,n=64)")
+
+
+def test_a_block_bound_already_is_not_fetched_again():
+    """``block "C"`` once ``C`` is bound would bind a second name to the same block and change
+    nothing: MetaSchedule's scripts never write it before ``postproc``, and the RL model
+    learned to pad its scripts with such lines, so the statement grammar does not admit it.
+    The isolated sampler's ``LiveView`` gives the same answer."""
+    from dragon_dsl.live_view import LiveView
+
+    wl = workload("matmul(m=128,n=128,k=128)")
+    live = LiveSchedule(wl, "llvm")
+    lark = statement_grammar(live, postproc_set="llvm")
+    assert admits(lark, 'block "C" -> C\n') and admits(lark, 'block "root" -> root\n')
+    live.step('block "C" -> C')
+    lark = statement_grammar(live, postproc_set="llvm")
+    assert not admits(lark, 'block "C" -> C_2\n') and admits(lark, 'block "root" -> root\n')
+    live.step('block "root" -> root')
+    assert live.bound_blocks() == ["C", "root"]
+    view = LiveView.from_data(LiveView.of(live).as_data())
+    assert view.bound_blocks() == ["C", "root"]
+    for state in (live, view):
+        lark = statement_grammar(state, postproc_set="llvm")
+        assert not admits(lark, 'block "root" -> root_2\n')
+        assert not admits(lark, 'block "C" -> C_2\n')
+        assert admits(lark, "loops C -> i, j, k\n")

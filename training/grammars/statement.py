@@ -8,7 +8,9 @@ built here from that state.  It admits, in canonical layout:
   only those that still exist (a loop that was split, a block that was inlined, are gone);
 - results named as the encoder names them (``block "C" -> C``, ``loops C -> i, j, k``, then
   ``l<N>``, ``b<N>``, ``v<N>``): the names are written for the model, never chosen by it;
-- ``block "NAME"`` for the blocks the module has now (cache blocks included);
+- ``block "NAME"`` for the blocks the module has now (cache blocks included) that no name in
+  scope holds yet: fetching a block again changes nothing, and MetaSchedule's scripts never
+  do it before ``postproc`` (the RL model learned to pad its scripts with such lines);
 - ``loops B`` binding exactly the loops B has; ``consumers``/``producers``/``children``
   binding exactly the blocks TVM returns;
 - ``tile L [..]`` with 2 to 5 factors whose product is L's current extent;
@@ -129,8 +131,11 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
         return _lit(" -> " + ", ".join(live.expected_results(op, target, n)))
 
     # getters
-    r.stmt(_alts(f'{_lit(f"block {json.dumps(b)} -> ")} '
-                 f'{_lit(live.expected_results("block", b)[0])}' for b in live.block_names()))
+    bound = set(live.bound_blocks())  # fetching a block again changes nothing
+    unbound = [b for b in live.block_names() if b not in bound]
+    if unbound:
+        r.stmt(_alts(f'{_lit(f"block {json.dumps(b)} -> ")} '
+                     f'{_lit(live.expected_results("block", b)[0])}' for b in unbound))
     for b in blocks:
         loop_names = live.expected_results("loops", b)
         r.stmt(_lit(f"loops {b}" + (" -> " + ", ".join(loop_names) if loop_names else "")))
