@@ -77,9 +77,13 @@ def trained_specs() -> set[str]:
 
 
 def metaschedule(spec: str, trials: int, seed: int) -> Side:
-    """``tune_tir`` as a user runs it; the records of its JSON database in commit order, as
-    scripts with MetaSchedule's own latencies."""
+    """``tune_tir`` as a user runs it (its LocalBuilder, LocalRunner and XGBoost model, with
+    the build and run time limits of our own measurement: MetaSchedule's 30 s build limit
+    failed all 16 builds of a softmax on a busy machine); the records of its JSON database in
+    commit order, as scripts with MetaSchedule's own latencies."""
     from tvm.s_tir import meta_schedule as ms
+
+    from codegen.measure import MeasureConfig
 
     from codegen.search.baselines import unnamed_handlers_aside
     from codegen.targets import as_module, as_target
@@ -90,8 +94,11 @@ def metaschedule(spec: str, trials: int, seed: int) -> Side:
     with tempfile.TemporaryDirectory(prefix="bench-ms-") as work_dir:
         started = time.perf_counter()
         with unnamed_handlers_aside():
+            limits = MeasureConfig()
             ms.tune_tir(as_module(wl), as_target(TARGET), work_dir, max_trials_global=trials,
-                        seed=seed)
+                        seed=seed,
+                        builder=ms.builder.LocalBuilder(timeout_sec=limits.build_timeout_s),
+                        runner=ms.runner.LocalRunner(timeout_sec=limits.run_timeout_s))
         seconds = time.perf_counter() - started
         records = [r for group in database_records(work_dir, target=TARGET)
                    for r in group.records]
