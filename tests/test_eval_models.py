@@ -34,7 +34,7 @@ from .tiny_datagen import TARGET
 
 DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
 CONFIG = from_flat(EvalConfig, split="validation", max_tasks=1, attempts=2, max_new_tokens=384,
-                   repeat=2, min_repeat_ms=1.0, search_population=32)
+                   repeat=2, min_repeat_ms=1.0, search_population=32, builders=1)
 MS = metaschedule.NAME
 
 
