@@ -38,18 +38,23 @@ def one_torch_thread_per_worker():
 
 # The measurement settings of the shared Evaluators: 3 repeats of at least 1 ms.
 FAST_REPEAT, FAST_MIN_REPEAT_MS = 3, 1.0
+# Build processes of an Evaluator in the tests: one.  A build worker's first build costs about
+# 10 s of CPU (TVM's import, then its tensor intrinsics, which applying `postproc auto` imports),
+# each later one a fraction of a second; on 2 cores, beside another xdist worker, a second
+# builder costs those seconds again and saves none.  Tests of parallel builds set their own.
+BUILDERS = 1
 
 
 @pytest.fixture(scope="session")
 def llvm_evaluator():
-    """An ``Evaluator`` on ``llvm`` without a cache (3 repeats of at least 1 ms, 2 builders),
+    """An ``Evaluator`` on ``llvm`` without a cache (3 repeats of at least 1 ms, 1 builder),
     for the tests that only measure with it (test_evaluate, test_measure_integrity,
     test_optimize): its worker processes start once a run, not once a file.  Tests that kill
     workers, time out, or need a cache or other settings start their own."""
     from codegen.measure import Evaluator, MeasureConfig
 
     config = MeasureConfig(repeat=FAST_REPEAT, min_repeat_ms=FAST_MIN_REPEAT_MS)
-    with Evaluator("llvm", cache=False, config=config, builders=2) as ev:
+    with Evaluator("llvm", cache=False, config=config, builders=BUILDERS) as ev:
         yield ev
 
 
@@ -61,7 +66,7 @@ def llvm2_evaluator():
 
     config = MeasureConfig(repeat=FAST_REPEAT, min_repeat_ms=FAST_MIN_REPEAT_MS)
     with Evaluator({"kind": "llvm", "num-cores": 2}, cache=False, config=config,
-                   builders=2) as ev:
+                   builders=BUILDERS) as ev:
         yield ev
 
 

@@ -49,7 +49,7 @@ def test_bench_table_with_baseline_and_speedups(script_file, tmp_path, capsys, m
     bad = tmp_path / "bad.dragon"
     bad.write_text("nonsense\n")
     code = main(["bench", str(script_file), str(bad), "--workload", SPEC,
-                 "--baselines", "unscheduled,default", "--repeat", "3"])
+                 "--baselines", "unscheduled,default", "--repeat", "3", "--builders", "1"])
     out = capsys.readouterr().out
     assert code == 0
     lines = out.splitlines()
@@ -67,7 +67,7 @@ def test_bench_table_with_baseline_and_speedups(script_file, tmp_path, capsys, m
 def test_bench_json_and_cache(script_file, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("DRAGON_CACHE_DIR", str(tmp_path))
     args = ["bench", str(script_file), "--workload", SPEC, "--baselines", "none",
-            "--repeat", "3", "--json"]
+            "--repeat", "3", "--builders", "1", "--json"]
     assert main(args) == 0
     first = json.loads(capsys.readouterr().out)
     assert main(args) == 0

@@ -21,7 +21,7 @@ LLVM = '{"kind": "llvm", "num-cores": 2}'
 # Small kernels of three families: a task takes a few seconds.
 SPECS = ("matmul(m=32,n=32,k=16)", "reduce(m=32,n=128)", "softmax(m=16,n=64)")
 FAST = ["--trials", "8", "--per-round", "8", "--population", "32", "--repeat", "2",
-        "--min-repeat-ms", "1", "--records-only", "--quiet", "--target", LLVM]
+        "--min-repeat-ms", "1", "--builders", "1", "--records-only", "--quiet", "--target", LLVM]
 
 
 def _command(out: str, *extra: str, specs=SPECS) -> list[str]:
@@ -45,11 +45,25 @@ def _committed(out: str) -> dict[str, str]:
     return found
 
 
+def _in_process(cmd: list[str]) -> subprocess.CompletedProcess:
+    """``dragon ARGS`` run in this process (as ``dragon_cmd`` runs it, for a module fixture):
+    the installed command in a process of its own is the kill -9 test's."""
+    import contextlib
+    import io
+
+    from dragon_dsl.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(cmd[1:])
+    return subprocess.CompletedProcess(cmd, code, out.getvalue(), err.getvalue())
+
+
 @pytest.fixture(scope="module")
 def clean_run(tmp_path_factory):
     """One uninterrupted run: the reference for the resumed one."""
     out = str(tmp_path_factory.mktemp("clean") / "out")
-    done = _run(_command(out))
+    done = _in_process(_command(out))
     assert done.returncode == 0, done.stderr
     return out
 
@@ -113,6 +127,14 @@ def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run, dragon
     proc.wait()
     first = _committed(out)
     assert 1 <= len(first) < len(SPECS), "killed after the first task, before the last"
+    # Without its summary a task is not committed, whatever its records file holds (here one
+    # cut short, as a disk full or an edited file leaves it): the rerun runs it again and
+    # writes the whole file.  (The same rerun as the resume's; see the partial-file test.)
+    reference = _committed(clean_run)
+    cut_key = sorted(set(reference) - set(first))[0]
+    cut = os.path.join(out, "records", f"{cut_key}.jsonl")
+    with open(cut, "w", encoding="utf-8") as f:
+        f.write(_cut_short(reference[cut_key]))
 
     resumed = dragon_cmd(_command(out)[1:])  # the rerun: in this process
     assert resumed.returncode == 0, resumed.stderr
@@ -124,12 +146,19 @@ def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run, dragon
     records = [r for key in after for r in RecordStore(out).read(key)]
     assert len(records) == 8 * len(SPECS)
     assert len({(r.workload, r.index) for r in records}) == len(records), "no duplicates"
+    assert len(list(read_records(cut))) == 8, "the cut records file was written whole"
     leftovers = [n for d in ("records", "tasks") for n in os.listdir(os.path.join(out, d))
                  if n.startswith(".tmp")]
     assert not leftovers or all(not n.endswith((".json", ".jsonl")) for n in leftovers)
 
 
-def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run, dragon_cmd):
+def _cut_short(text: str) -> str:
+    """A records file's text cut inside a line (halfway may fall just after a newline, which
+    is not a partial write)."""
+    return text[:len(text) // 2].rstrip("\n")
+
+
+def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run):
     out = str(tmp_path / "out")
     shutil.copytree(clean_run, out)
     store = RecordStore(out)
@@ -138,20 +167,17 @@ def test_a_partial_records_file_is_never_read_as_complete(tmp_path, clean_run, d
     with open(path, encoding="utf-8") as f:
         text = f.read()
     # A records file cut short under its summary (a disk full, an edited file): named, not used.
-    # (Cut inside a line: halfway may fall just after a newline, which is not a partial write.)
-    half = text[:len(text) // 2].rstrip("\n")
+    half = _cut_short(text)
     with open(path, "w", encoding="utf-8") as f:
         f.write(half)
     with pytest.raises(DataError, match=rf"{key}\.jsonl:\d+: .*cut short"):
         store.read(key)
-    # Without its summary a task is not committed, whatever its records file holds: the rerun
-    # runs it again and writes the whole file.
+    # Forgotten, the task is no longer committed and its records are gone.  A records file
+    # without its summary, cut short, is run again and written whole by the rerun: the kill -9
+    # test plants one before its resume (one rerun for both).
     store.forget(key)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(half)
-    again = dragon_cmd(_command(out)[1:])
-    assert again.returncode == 0, again.stderr
-    assert len(list(read_records(path))) == 8
+    assert key not in store.done()
+    assert not os.path.exists(path)
 
 
 def test_datasets_and_card_are_built_from_the_committed_records(tmp_path, clean_run,
@@ -200,9 +226,11 @@ def test_corrupt_record_lines_are_named(tmp_path):
         list(read_records(str(path)))
 
 
-def test_a_failing_task_is_retried_then_recorded_as_failed(tmp_path):
+def test_a_failing_task_is_retried_then_recorded_as_failed(tmp_path, clean_run):
     """A workload file that is gone when its task runs: the task fails in its process, is
-    retried, and is recorded as failed with the error; the other task's data is written."""
+    retried, and is recorded as failed with the error; the other task's data is written.  (The
+    other task is the clean run's first, measured with its settings and from its measurement
+    cache: its candidates are not built and timed again.)"""
     from codegen.measure import MeasureConfig
     from codegen.search.tune import SearchConfig
     from codegen.workloads import workload
@@ -217,11 +245,14 @@ def test_a_failing_task_is_retried_then_recorded_as_failed(tmp_path):
     tasks = tasks_for([SPECS[0]], json.loads(LLVM), "llvm", search, 120)
     tasks.append(Task(f"file(path={kernel})", json.loads(LLVM), "llvm", search, 120))
     kernel.unlink()
-    pool = LocalPool(1, RunnerSettings(MeasureConfig(repeat=1, min_repeat_ms=1),
+    shutil.copy(os.path.join(clean_run, "cache.sqlite"), tmp_path / "c.sqlite")
+    pool = LocalPool(1, RunnerSettings(MeasureConfig(repeat=2, min_repeat_ms=1),
                                        cache=str(tmp_path / "c.sqlite")), retries=1)
     report = generate(tasks, str(tmp_path / "out"), pool, progress=False)
     assert (report.ran, report.failed) == (2, 1)
-    failed = RecordStore(str(tmp_path / "out")).done()[tasks[1].key]
+    done = RecordStore(str(tmp_path / "out")).done()
+    assert done[tasks[0].key].status == "done" and done[tasks[0].key].records == 8
+    failed = done[tasks[1].key]
     assert failed.status == "failed" and failed.attempts == 2
     assert "k.py" in failed.error
 

@@ -299,8 +299,8 @@ def test_dragon_datagen_from_database_writes_datasets(tuned, tmp_path, dragon_cm
 
     out = str(tmp_path / "out")
     cmd = ["datagen", "--from-database", tuned, "--out", out, "--quiet",
-           "--repeat", "2", "--min-repeat-ms", "1", "--target", json.dumps(TARGET),
-           "--workload", SPEC]
+           "--repeat", "2", "--min-repeat-ms", "1", "--builders", "1",
+           "--target", json.dumps(TARGET), "--workload", SPEC]
     done = dragon_cmd(cmd)
     assert done.returncode == 0, done.stderr
     assert "measured again" in done.stderr

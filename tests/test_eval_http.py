@@ -24,7 +24,8 @@ from .tiny_datagen import TARGET
 
 CONFIG = from_flat(EvalConfig, split="validation", kinds=("construction",), max_tasks=1,
                    attempts=4, temperature=0.7, top_p=0.9, max_new_tokens=256, seed=5, repeat=2,
-                   min_repeat_ms=1.0, metaschedule=False)  # MetaSchedule's rival: test_eval_models
+                   min_repeat_ms=1.0, metaschedule=False,  # MetaSchedule's rival: test_eval_models
+                   builders=1)
 
 
 # Scripts for the validation task (softmax, tests/tiny_datagen.py) that parse: one names a block

@@ -34,7 +34,7 @@ from .tiny_datagen import TARGET
 
 DRAGON = os.path.join(os.path.dirname(sys.executable), "dragon")
 CONFIG = from_flat(EvalConfig, split="validation", max_tasks=1, attempts=2, max_new_tokens=384,
-                   repeat=2, min_repeat_ms=1.0, search_population=32)
+                   repeat=2, min_repeat_ms=1.0, search_population=32, builders=1)
 MS = metaschedule.NAME
 
 
@@ -209,7 +209,7 @@ def test_missing_data_and_models_are_clear_errors(data_dir, models, tmp_path):
 
 
 def test_cli_prints_the_summary_of_a_finished_evaluation(evaluation, data_dir, models,
-                                                         tmp_path):
+                                                         tmp_path, dragon_cmd):
     import shutil
 
     out = tmp_path / "copy"
@@ -227,8 +227,9 @@ def test_cli_prints_the_summary_of_a_finished_evaluation(evaluation, data_dir, m
     # Without MetaSchedule: the models' figures as before, MetaSchedule's left out.
     assert printed["by_model"] == {m: f for m, f in summary["by_model"].items() if m != MS}
     assert set(printed["curves"]) == set(models)
-    bad = subprocess.run([DRAGON, "eval", "--model", "a=/nonexistent", "--data", str(data_dir),
-                          "--out", str(out)], capture_output=True, text=True, timeout=120)
+    # A model that is not there: refused (in this process; the installed command's own process
+    # is the one above).
+    bad = dragon_cmd(["eval", "--model", "a=/nonexistent", "--data", data_dir, "--out", out])
     assert bad.returncode == 2 and "no model in /nonexistent" in bad.stderr
 
 

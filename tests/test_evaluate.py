@@ -45,7 +45,7 @@ FAMILY_SPECS = [
 
 @pytest.fixture(scope="module")
 def ev(llvm_evaluator):
-    """The session's llvm Evaluator (conftest): FAST's settings, 2 builders."""
+    """The session's llvm Evaluator (conftest): FAST's settings, 1 builder."""
     assert llvm_evaluator.config == FAST
     return llvm_evaluator
 
@@ -182,7 +182,7 @@ def test_memory_limit_kills_the_worker_not_the_caller():
 def test_cuda_scripts_compile_to_cubin_without_a_gpu():
     wl, scripts = sampled("matmul(m=64,n=64,k=64)", 2, target="cuda", rules="cuda")
     _, softmax_scripts = sampled("softmax(m=32,n=128)", 1, target="cuda", rules="cuda")
-    with Evaluator("cuda", cache=False, config=FAST, builders=2) as ev:
+    with Evaluator("cuda", cache=False, config=FAST, builders=1) as ev:
         outcomes = ev.evaluate(wl, scripts)
         [soft] = ev.evaluate(workload("softmax(m=32,n=128)"), softmax_scripts)
         if ev._device_info().present:

@@ -21,7 +21,7 @@ from .test_hostile import USAGE, one_line, run
 
 # One task (the validation split's softmax, tests/tiny_datagen.py), one attempt, timed once.
 SMALL = ["--split", "validation", "--kinds", "construction", "--max-tasks", "1", "-k", "1",
-         "--repeat", "1", "--min-repeat-ms", "1", "--no-metaschedule", "-q"]
+         "--repeat", "1", "--min-repeat-ms", "1", "--no-metaschedule", "--builders", "1", "-q"]
 DRIP_FOR_S = 8.0  # the dripping server gives up by itself then (the unbounded client waited)
 
 

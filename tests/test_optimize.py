@@ -25,7 +25,8 @@ from training.sampling import SamplingConfig, load
 SPEC = "softmax(m=32,n=64)"       # DLight has a CPU rule for it: both baselines exist
 MEASURE = MeasureConfig(repeat=2, min_repeat_ms=1.0)
 SAMPLING = SamplingConfig(max_new_tokens=128)
-FAST = ["--repeat", "2", "--min-repeat-ms", "1", "--max-new-tokens", "128", "-q"]
+FAST = ["--repeat", "2", "--min-repeat-ms", "1", "--max-new-tokens", "128", "--builders", "1",
+        "-q"]
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,8 @@ def fast_script(llvm2_evaluator):
 
 @pytest.fixture(scope="module")
 def rewarder():
-    with Rewarder(LLVM, cache=False, measure=MeasureConfig(repeat=5, min_repeat_ms=10)) as r:
+    with Rewarder(LLVM, cache=False, builders=1,
+                  measure=MeasureConfig(repeat=5, min_repeat_ms=10)) as r:
         yield r
 
 

@@ -38,7 +38,7 @@ def _config(data: Path, model: Path, out: Path, **changes) -> RLRunConfig:
     base = dict(model=str(model), data=str(data), out=str(out), max_prompts=2,
                 num_generations=4, prompts_per_step=1, max_steps=STEPS, learning_rate=1e-4,
                 lr_scheduler="constant", warmup_steps=0, max_new_tokens=160, repeat=2,
-                min_repeat_ms=1.0, builders=2, logging_steps=1, save_steps=1,
+                min_repeat_ms=1.0, builders=1, logging_steps=1, save_steps=1,
                 save_total_limit=3)
     return from_flat(RLRunConfig, **{**base, **changes})
 
