@@ -84,7 +84,6 @@ def metaschedule(spec: str, trials: int, seed: int) -> Side:
     from tvm.s_tir import meta_schedule as ms
 
     from codegen.measure import MeasureConfig
-
     from codegen.search.baselines import unnamed_handlers_aside
     from codegen.targets import as_module, as_target
     from codegen.workloads import workload
