@@ -77,7 +77,8 @@ def test_version_and_bare_invocations(capsys):
 def test_every_help_has_examples_and_no_rst_markup(capsys):
     commands = ["check", "fmt", "encode", "decode", "apply", "bench", "roundtrip", "demo",
                 "sample", "workloads", "init-model", "workloads list", "workloads show",
-                "workloads sample", "datagen", "sft", "rl", "eval", "optimize", "grammar"]
+                "workloads sample", "datagen", "sft", "rl", "eval", "optimize", "grammar",
+                "cost-model"]
     assert run(["--help"], capsys)[0] == OK
     for command in commands:
         code, out, _ = run([*command.split(), "--help"], capsys)
