@@ -6,8 +6,8 @@
 What ``make demo`` runs (``optimize.demo``): the model optimizes a real layer and a real model;
 MetaSchedule's search gets as many measured candidates as the model's search measured, in the
 same session; the headline table compares both with the unscheduled kernel and the rule-based
-default.  The codec's round trip is ``dragon roundtrip``.  Exit codes: 0 done, 1 the model
-found no correct script, 2 usage errors.
+default.  The codec's round trip is ``dragon roundtrip``.  Exit codes: 0 done (whoever won),
+1 the model found no correct script or an end-to-end build failed, 2 usage errors.
 """
 
 from __future__ import annotations
@@ -144,7 +144,9 @@ def cmd_demo(args) -> int:
                                      say=None if args.quiet else say)
             rows.append(network_row(result))
             comparisons += network_comparisons(result)
-            parts["network"] = {**result.as_dict(), "ok": result.records > 0 and all(
+            # ok: every end-to-end build ran correctly.  No schedule beating the default is a
+            # finding the table reports (dragon's build then keeps the default), not a failure.
+            parts["network"] = {**result.as_dict(), "ok": all(
                 e.ok for e in result.end_to_end.values()), "comparison": {
                     f"dragon vs {over}": c.as_dict() if c else None for over, c in zip(
                         ("before", "metaschedule"), network_comparisons(result), strict=True)}}
