@@ -65,6 +65,28 @@ class Side:
         return min(correct, key=lambda x: x[1]) if correct else (None, None)
 
 
+@dataclass
+class Recorded:
+    """MetaSchedule's side read from an earlier run's report: its best script at each budget
+    (timed again here, head to head) and its wall-clock seconds."""
+
+    name: str
+    best: dict[int, str | None]
+    seconds: float
+
+    @classmethod
+    def of(cls, report: dict, spec: str, budget: int, separate: bool = False) -> Recorded:
+        entry = next(e for e in report["workloads"] if e["workload"] == spec)
+        if separate:
+            best = {budget: entry["separate"]["scripts"]["metaschedule"]}
+        else:
+            best = {c["budget"]: c["scripts"]["metaschedule"] for c in entry["curves"]}
+        return cls("metaschedule", best, entry["seconds"]["metaschedule"][str(budget)])
+
+    def best_of_first(self, n: int) -> tuple[str | None, None]:
+        return self.best.get(n), None
+
+
 def trained_specs() -> set[str]:
     """Every workload a kept or shipped training run searched (the corpus' records)."""
     from training.datagen.records import RecordStore
@@ -107,24 +129,28 @@ def metaschedule(spec: str, trials: int, seed: int) -> Side:
 
 
 def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path: str | None,
-           evaluator, share: float, width: int) -> Side:
+           evaluator, share: float, width: int, ablate: str | None = None) -> Side:
     """``optimize``: round(share x trials) kernels from the model's rounds (two rounds, the
     second refining the first's best, when there are at least 4), the rest from the seeded
-    search; the candidates in the order timed."""
+    search; the candidates in the order timed.  ``ablate`` turns one part off: "ranking" (no
+    cost model that has seen search: no ranking of samples, and the search's XGBoost starts
+    untrained, as MetaSchedule's), "seeding" (the search starts from random samples, not from
+    the model's scripts) or "model" (the model's rounds cut to one sample)."""
     from codegen.workloads import workload
     from training.optimize.kernel import OptimizeConfig, optimize
     from training.sampling.config import SamplingConfig
 
     cost_model = None
-    if cost_model_path:
+    if cost_model_path and ablate != "ranking":
         from codegen.search.cost_model import CostModel
 
         cost_model = CostModel.load(cost_model_path)
-    from_model = max(1, round(share * trials))
+    from_model = 1 if ablate == "model" else max(1, round(share * trials))
     rounds = 1 if from_model >= 4 else 0
     k = from_model // (rounds + 1)
     config = OptimizeConfig(k=k, rounds=rounds, search=trials - k * (rounds + 1),
-                            width=max(k, width) if cost_model is not None else None)
+                            width=max(k, width) if cost_model is not None else None,
+                            seed_search=ablate != "seeding")
     started = time.perf_counter()
     result = optimize(model, tokenizer, workload(spec), config=config,
                       sampling=SamplingConfig(seed=seed), evaluator=evaluator,
@@ -183,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="Samples per model round for the cost model to rank.")
     p.add_argument("--retimes", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--ablate", choices=["ranking", "seeding", "model"], default=None,
+                   help="Turn one part of dragon's side off, to measure what it contributes.")
+    p.add_argument("--metaschedule-from", default=None, metavar="JSON",
+                   help="An earlier run's --out: MetaSchedule's best scripts are taken from it "
+                        "(not searched again) and timed head to head with this run's.")
     p.add_argument("--out", default="bench_vs_metaschedule.json")
     args = p.parse_args(argv)
 
@@ -197,24 +228,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no cost model at {cost_model}: train it (make cost-model) or pass "
               "--cost-model none", file=sys.stderr)
         return 2
+    earlier = None
+    if args.metaschedule_from:
+        earlier = json.loads(Path(args.metaschedule_from).read_text())
+        missing = [w for w in args.workloads
+                   if w not in {e["workload"] for e in earlier["workloads"]}]
+        if missing or earlier["budgets"] != args.budgets:
+            print(f"{args.metaschedule_from}: not a run of these workloads and budgets "
+                  f"(missing: {', '.join(missing) or 'none'})", file=sys.stderr)
+            return 2
     model, tokenizer = load_model(args.model or str(default_model_dir()))
     top = max(args.budgets)
     rows, report = [], {"target": TARGET, "budgets": args.budgets, "args": vars(args),
                         "workloads": []}
     with Evaluator(TARGET, cache=False) as ev:
         for spec in args.workloads:
-            print(f"{spec}: MetaSchedule {top} ...", flush=True)
-            theirs = metaschedule(spec, top, args.seed)
+            if earlier is not None:
+                theirs = Recorded.of(earlier, spec, top)
+            else:
+                print(f"{spec}: MetaSchedule {top} ...", flush=True)
+                theirs = metaschedule(spec, top, args.seed)
             print(f"{spec}: dragon {top} ...", flush=True)
             ours = dragon(spec, top, args.seed, model, tokenizer, cost_model, ev,
-                          args.model_share, args.width)
+                          args.model_share, args.width, args.ablate)
             runs = {"metaschedule": {top: theirs}, "dragon": {top: ours}}
             if args.separate and args.separate < top:
-                runs["metaschedule"][args.separate] = metaschedule(spec, args.separate,
-                                                                   args.seed)
+                runs["metaschedule"][args.separate] = \
+                    Recorded.of(earlier, spec, args.separate, separate=True) \
+                    if earlier is not None else metaschedule(spec, args.separate, args.seed)
                 runs["dragon"][args.separate] = dragon(
                     spec, args.separate, args.seed, model, tokenizer, cost_model, ev,
-                    args.model_share, args.width)
+                    args.model_share, args.width, args.ablate)
             entry = {"workload": spec, "curves": []}
             for n in args.budgets:
                 scripts = {"dragon": ours.best_of_first(n)[0],

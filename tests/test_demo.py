@@ -18,11 +18,15 @@ MLP = Path(__file__).parent / "data" / "relax_mlp.py"
 @pytest.mark.slow
 def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
     code = main(["demo", "--kernel", SPEC, "--network", str(MLP), "-k", "2", "--rounds", "0",
-                 "--network-k", "1", "--out", str(tmp_path), "--json", "-q"])
+                 "--width", "4", "--search", "3", "--network-k", "1", "--network-search", "1",
+                 "--out", str(tmp_path), "--json", "-q"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     kernel = out["kernel"]
     assert kernel["trials"] == kernel["optimize"]["measurements"]
+    # the model's two kernels (ranked from 4 samples), then the search seeded with them
+    sources = [c["source"] for c in kernel["optimize"]["candidates"]]
+    assert sources.count("sample") == 2 and 1 <= sources.count("search") <= 3
     final = kernel["final"]
     assert set(final) >= {"dragon", "unscheduled", "default"}
     for name, outcome in final.items():
@@ -45,6 +49,9 @@ def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
     (["demo", "--network", "model(name=bert,preset=tiny,task=0)"], "without task="),
     (["demo", "--network", "model(name=nosuch,preset=tiny)"], "nosuch"),
     (["demo", "--kernel", "", "--out", "/no/such/dir"], "/no/such/dir"),
+    (["demo", "--cost-model", "/no/such/cost.tar"], "/no/such/cost.tar"),
+    (["demo", "--cost-model", "none"], "--width 32: no cost model"),
+    (["demo", "--search", "-1"], "search >= 0"),
 ])
 def test_bad_usage_is_refused_before_any_work(capsys, argv, says):
     code = main(argv)

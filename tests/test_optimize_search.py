@@ -149,6 +149,21 @@ def test_the_search_starts_from_every_script_timed_and_its_kernels_count(samples
     assert result.spent == {"baselines": 2, "given": 0, "sampled": 3 + 4, "retimed": 3}
 
 
+def test_without_seeding_the_search_starts_from_nothing_the_model_timed(samples_all,
+                                                                          monkeypatch):
+    import codegen.search.tune as tune
+
+    fake = _Search(SCRIPTS[4:8])
+    monkeypatch.setattr(tune, "search", fake)
+    ev = _Evaluator()
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=3, rounds=0, search=4,
+                                                              seed_search=False),
+                      evaluator=ev, start=_start(ev))
+    [call] = fake.calls
+    assert call.seeds == [] and call.trials == 4
+    assert result.measurements == 2 + 3 + 4 + 3  # the model's kernels still count
+
+
 def test_the_budget_bounds_the_search(samples_all, monkeypatch):
     import codegen.search.tune as tune
 

@@ -102,6 +102,7 @@ def cmd_demo(args) -> int:
         config = config_from_args(DemoConfig, args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    cost_model = _cost_model(args.cost_model, config)
     wl = None
     if config.kernel:
         from codegen.cli.workloads import cli_workload
@@ -126,7 +127,8 @@ def cmd_demo(args) -> int:
             print(f"== 1. a layer: {wl.spec}", flush=True)
             showdown = compare_kernel(model, tokenizer, wl, ev, k=config.k, rounds=config.rounds,
                                       seed=config.seed, population=config.population,
-                                      progress=not args.quiet)
+                                      width=config.width, search=config.search,
+                                      cost_model=cost_model, progress=not args.quiet)
             rows.append(kernel_row(showdown))
             comparisons += kernel_comparisons(showdown)
             parts["kernel"] = showdown.as_dict()
@@ -140,7 +142,8 @@ def cmd_demo(args) -> int:
             result = compare_network(model, tokenizer, label, mod, tasks, ev,
                                      os.path.join(out, f"{label}.database"), k=config.network_k,
                                      seed=config.seed, population=config.population,
-                                     progress=not args.quiet,
+                                     width=config.width, search=config.network_search,
+                                     cost_model=cost_model, progress=not args.quiet,
                                      say=None if args.quiet else say)
             rows.append(network_row(result))
             comparisons += network_comparisons(result)
@@ -170,6 +173,22 @@ def cmd_demo(args) -> int:
     return ExitCode.OK if ok else ExitCode.FINDINGS
 
 
+def _cost_model(choice: str, config: DemoConfig):
+    """``--cost-model`` loaded before any work; a --width the cost model cannot rank is
+    refused."""
+    from codegen.search.cost_model import CostModelError
+    from training.models.builtin import load_cost_model
+
+    try:
+        cost_model = load_cost_model(choice, "llvm")
+    except CostModelError as exc:
+        raise UsageError(f"--cost-model {choice}: {exc}") from None
+    if cost_model is None and config.width > max(config.k, config.network_k):
+        raise UsageError(f"--width {config.width}: no cost model to rank the samples "
+                         f"(--cost-model {choice}); pass --width 0 or give a cost model")
+    return cost_model
+
+
 def register(subparsers) -> None:
     """Add ``dragon demo`` (the ``dragon.commands`` entry point)."""
     p = subparsers.add_parser(
@@ -188,6 +207,10 @@ def register(subparsers) -> None:
     p.add_argument("--out", metavar="DIR", default=None,
                    help="where the network's MetaSchedule databases go (default: a new "
                         "temporary directory, printed)")
+    p.add_argument("--cost-model", default="auto", metavar="FILE",
+                   help="the cost model that ranks samples and the search's candidates: a file "
+                        "saved by `dragon cost-model`, none, or auto (the built-in one; "
+                        "default)")
     p.add_argument("--json", action="store_true", help="print every figure as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_demo)

@@ -47,6 +47,15 @@ class DemoConfig:
         "help": "Refinement rounds after the first (the model refines its best script)."})
     network_k: int = field(default=2, metadata={
         "help": "Scripts sampled per task of the network (one round: no refinement)."})
+    width: int = field(default=32, metadata={
+        "help": "Scripts sampled per model round for the cost model to rank; the k it ranks "
+                "first are timed (0: all k timed, no ranking; needs a cost model)."})
+    search: int = field(default=24, metadata={
+        "help": "Kernels of the layer timed by MetaSchedule's evolutionary search after the "
+                "model's rounds, started from the model's scripts and ranked by the cost "
+                "model (0: the model alone)."})
+    network_search: int = field(default=4, metadata={
+        "help": "The same per task of the network."})
     population: int = field(default=64, metadata={
         "help": "Population of MetaSchedule's evolutionary search: how long each of its rounds "
                 "takes, not how many kernels it may time (that is the model's count)."})
@@ -56,6 +65,10 @@ class DemoConfig:
         if self.k < 1 or self.rounds < 0 or self.network_k < 1:
             raise ValueError(f"Expected k >= 1, network_k >= 1 and rounds >= 0 but got "
                              f"k={self.k}, network_k={self.network_k}, rounds={self.rounds}")
+        if min(self.width, self.search, self.network_search) < 0:
+            raise ValueError(f"Expected width, search and network_search >= 0 but got "
+                             f"width={self.width}, search={self.search}, "
+                             f"network_search={self.network_search}")
         if not (self.kernel or self.network):
             raise ValueError("Expected a kernel, a network or both but got neither")
 
@@ -96,9 +109,12 @@ class KernelShowdown:
 
 
 def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 4,
-                   rounds: int = 1, seed: int = 0, population: int = 64,
+                   rounds: int = 1, seed: int = 0, population: int = 64, width: int = 0,
+                   search: int = 0, cost_model: Any = None,
                    progress: bool = False) -> KernelShowdown:
-    """``optimize`` with ``k`` and ``rounds``, then MetaSchedule with as many trials as the
+    """``optimize`` with ``k`` and ``rounds`` (``width`` samples a round ranked by
+    ``cost_model`` when both are given, then ``search`` kernels of MetaSchedule's search
+    seeded with the model's scripts), then MetaSchedule with as many trials as the
     model's search timed kernels (its baselines and re-timing included, as
     ``optimize_model`` counts them), then both winners and the baselines re-timed together on
     ``evaluator`` (best without a cache: every figure is from this session)."""
@@ -107,10 +123,12 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
     from training.optimize.kernel import OptimizeConfig, optimize
     from training.sampling.config import SamplingConfig
 
+    ranked = width > k and cost_model is not None
     result = optimize(model, tokenizer, workload,
-                      config=OptimizeConfig(k=k, rounds=rounds),
+                      config=OptimizeConfig(k=k, rounds=rounds, search=search,
+                                            width=width if ranked else None),
                       sampling=SamplingConfig(n=k, seed=seed), evaluator=evaluator,
-                      progress=progress)
+                      cost_model=cost_model, progress=progress)
     trials = result.measurements
     if progress:
         print(f"MetaSchedule: {trials} candidates searched and measured ...", flush=True)
@@ -127,8 +145,8 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
 
 
 def compare_network(model, tokenizer, label: str, mod, tasks: list, evaluator: Any, database: str,
-                    *, k: int = 2, seed: int = 0, population: int = 64, progress: bool = False,
-                    say=None):
+                    *, k: int = 2, seed: int = 0, population: int = 64, width: int = 0,
+                    search: int = 0, cost_model: Any = None, progress: bool = False, say=None):
     """``training.optimize.model.optimize_model`` with ``k`` samples per task and no refinement:
     every task, the database at ``database``, MetaSchedule given as many measurements per task,
     and the three builds of the model timed end to end (``ModelResult``)."""
@@ -137,6 +155,9 @@ def compare_network(model, tokenizer, label: str, mod, tasks: list, evaluator: A
     from training.sampling.config import SamplingConfig
 
     return optimize_model(model, tokenizer, label, mod, tasks, database=database,
-                          evaluator=evaluator, config=OptimizeConfig(k=k, rounds=0),
+                          evaluator=evaluator, cost_model=cost_model,
+                          config=OptimizeConfig(k=k, rounds=0, search=search,
+                                                width=width if width > k and cost_model
+                                                is not None else None),
                           model_config=ModelOptimizeConfig(population=population),
                           sampling=SamplingConfig(n=k, seed=seed), progress=progress, say=say)

@@ -82,6 +82,10 @@ class OptimizeConfig:
         "help": "Kernels timed by MetaSchedule's evolutionary search after the model's "
                 "rounds, starting from every script the model timed and ranking with the "
                 "cost model (0: no search)."})
+    seed_search: bool = field(default=True, metadata={
+        "help": "Start the search from every script the model timed (committed to its "
+                "database and taught to its cost model first); off: from random samples, as "
+                "MetaSchedule alone starts (the ablation of seeding)."})
     budget: int | None = field(default=None, metadata={
         "help": "Kernels timed at most, all counted: the baselines, the script to refine, each "
                 "distinct sampled script and the final re-timing of the best beside the "
@@ -451,7 +455,8 @@ class _Search:
                 self.stopped = "budget"
             return
         index = len(self.rounds)
-        seeds = [(c.script, c.outcome) for c in self.seen.values()]
+        seeds = [(c.script, c.outcome) for c in self.seen.values()] \
+            if self.config.seed_search else []
         config = SearchConfig(trials=trials, per_round=trials, seed=self.sampling.seed)
         model = self.cost_model.model if self.cost_model is not None else None
         with tqdm(total=trials, unit="kernel", desc=f"{label}search", disable=not progress,
