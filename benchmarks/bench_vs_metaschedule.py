@@ -7,12 +7,13 @@ that is in the corpus) and each budget n of candidate kernels timed (8, 16, 32, 
   max_trials_global=64)`` with its LocalBuilder, LocalRunner and XGBoost cost model, started
   from nothing; its budget curve is the best (by its own timing) among the first n records of
   its database, and one separate run at 16 checks that reading a curve from one run is fair;
-* **dragon**: ``optimize`` with the built-in model, the cost model that has seen search (when
-  ``training/models/dragon-tiny/cost_model.tar`` is there; ``--cost-model none`` turns it off)
-  ranking ``--width`` samples per round, and MetaSchedule's evolutionary search seeded with
-  what the model timed for the rest of the budget (``--model-share`` of it goes to the model's
-  rounds); its curve is the best (by our timing) among the first n candidates it timed, and a
-  separate run at 16 again;
+* **dragon**: ``optimize`` with the built-in model, and MetaSchedule's evolutionary search
+  seeded with what the model timed for the rest of the budget (``--model-share`` of it goes to
+  the model's rounds); as ``dragon optimize`` by default, the search starts MetaSchedule's own
+  untrained XGBoost (``--cost-model FILE``, e.g. the built-in
+  ``training/models/dragon-tiny/cost_model.tar``, ranks ``--width`` samples per round and the
+  search's candidates instead); its curve is the best (by our timing) among the first n
+  candidates it timed, and a separate run at 16 again;
 * then, for each n, both best kernels are rebuilt, checked against the unscheduled kernel's
   output and timed together, interleaved (``--retimes`` rounds, the order alternating), by one
   Evaluator in this run; the table gives the medians and MetaSchedule's latency over ours, a
@@ -201,8 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--separate", type=int, default=16,
                    help="The budget also run on its own by each side (0: none).")
     p.add_argument("--model", default=None, help="A model directory (default: the built-in).")
-    p.add_argument("--cost-model", default=str(DEFAULT_MODEL / "cost_model.tar"),
-                   help="The cost model file, or 'none'.")
+    p.add_argument("--cost-model", default="none",
+                   help="The cost model file (the built-in one: "
+                        f"{DEFAULT_MODEL / 'cost_model.tar'}), or 'none' (as dragon optimize: "
+                        "the search starts MetaSchedule's untrained XGBoost).")
     p.add_argument("--model-share", type=float, default=0.25,
                    help="The share of each budget timed from the model's rounds.")
     p.add_argument("--width", type=int, default=32,

@@ -18,7 +18,8 @@ MLP = Path(__file__).parent / "data" / "relax_mlp.py"
 @pytest.mark.slow
 def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
     code = main(["demo", "--kernel", SPEC, "--network", str(MLP), "-k", "2", "--rounds", "0",
-                 "--width", "4", "--search", "3", "--network-k", "1", "--network-search", "1",
+                 "--width", "4", "--cost-model", "auto", "--search", "3", "--network-k", "1",
+                 "--network-search", "1",
                  "--out", str(tmp_path), "--json", "-q"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
@@ -50,7 +51,7 @@ def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
     (["demo", "--network", "model(name=nosuch,preset=tiny)"], "nosuch"),
     (["demo", "--kernel", "", "--out", "/no/such/dir"], "/no/such/dir"),
     (["demo", "--cost-model", "/no/such/cost.tar"], "/no/such/cost.tar"),
-    (["demo", "--cost-model", "none"], "--width 32: no cost model"),
+    (["demo", "--cost-model", "none", "--width", "32"], "--width 32: no cost model"),
     (["demo", "--search", "-1"], "search >= 0"),
 ])
 def test_bad_usage_is_refused_before_any_work(capsys, argv, says):

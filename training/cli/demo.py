@@ -207,10 +207,11 @@ def register(subparsers) -> None:
     p.add_argument("--out", metavar="DIR", default=None,
                    help="where the network's MetaSchedule databases go (default: a new "
                         "temporary directory, printed)")
-    p.add_argument("--cost-model", default="auto", metavar="FILE",
+    p.add_argument("--cost-model", default="none", metavar="FILE",
                    help="the cost model that ranks samples and the search's candidates: a file "
-                        "saved by `dragon cost-model`, none, or auto (the built-in one; "
-                        "default)")
+                        "saved by `dragon cost-model`, auto (the built-in one), or none "
+                        "(default: MetaSchedule's own untrained XGBoost in the search, which "
+                        "did better than the built-in one, docs/vs-metaschedule)")
     p.add_argument("--json", action="store_true", help="print every figure as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_demo)

@@ -285,11 +285,13 @@ def register(subparsers) -> None:
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict "
                    "(default: llvm)")
     add_config_arguments(p, OptimizeConfig, aliases={"k": ("-k",)})
-    p.add_argument("--cost-model", default="auto", metavar="FILE",
+    p.add_argument("--cost-model", default="none", metavar="FILE",
                    help="the cost model that ranks --width samples and the --search "
-                        "candidates: a file saved by `dragon cost-model`, none, or auto (the "
-                        "built-in one, trained on the kept corpus, for llvm targets; none "
-                        "elsewhere)")
+                        "candidates: a file saved by `dragon cost-model`, auto (the built-in "
+                        "one, trained on the kept corpus, for llvm targets), or none "
+                        "(default: the search starts MetaSchedule's own untrained XGBoost; "
+                        "measured, the built-in one ranked held-out search candidates worse, "
+                        "see docs/vs-metaschedule)")
     p.add_argument("--refine", metavar="SCRIPT", help="start from this script: round 0 "
                    "refines it (it is measured first and must be correct); - reads stdin")
     p.add_argument("--out", metavar="FILE", help="where to write the best script (default: "

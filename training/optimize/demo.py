@@ -47,7 +47,7 @@ class DemoConfig:
         "help": "Refinement rounds after the first (the model refines its best script)."})
     network_k: int = field(default=2, metadata={
         "help": "Scripts sampled per task of the network (one round: no refinement)."})
-    width: int = field(default=32, metadata={
+    width: int = field(default=0, metadata={
         "help": "Scripts sampled per model round for the cost model to rank; the k it ranks "
                 "first are timed (0: all k timed, no ranking; needs a cost model)."})
     search: int = field(default=24, metadata={

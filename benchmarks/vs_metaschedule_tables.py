@@ -1,0 +1,82 @@
+"""Markdown tables from ``bench_vs_metaschedule.py`` reports (its ``--out`` JSON), as
+``docs/vs-metaschedule/README.md`` shows them: per workload and budget, the medians of the
+head-to-head re-timing and MetaSchedule's latency over dragon's; by budget, their geometric
+mean, median and how often dragon was faster; each side's wall-clock seconds.
+
+    python benchmarks/vs_metaschedule_tables.py TITLE REPORT[+REPORT...] [TITLE REPORT ...]
+
+Reports joined with + make one table (runs of different workloads with the same settings).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+
+SEPARATE = "16 (separate run)"
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def ratio(timed: dict) -> float | None:
+    """MetaSchedule's median latency over dragon's; None unless both were correct."""
+    ours, theirs = timed["dragon"]["median_s"], timed["metaschedule"]["median_s"]
+    return theirs / ours if ours and theirs else None
+
+
+def _us(timed: dict, name: str) -> str:
+    secs = timed[name]["median_s"]
+    return "-" if secs is None else f"{secs * 1e6:.1f} us"
+
+
+def _rows(entry: dict) -> list[tuple[str, dict]]:
+    rows = [(str(c["budget"]), c["timed"]) for c in entry["curves"]]
+    return rows + ([(SEPARATE, entry["separate"]["timed"])] if "separate" in entry else [])
+
+
+def table(title: str, entries: list[dict]) -> list[str]:
+    lines = [f"### {title}", "", "| workload | n | MetaSchedule | dragon | MS / dragon | "
+             "unscheduled |", "|---|---|---|---|---|---|"]
+    for e in entries:
+        for n, t in _rows(e):
+            r = ratio(t)
+            lines.append(f"| {e['workload']} | {n} | {_us(t, 'metaschedule')} | "
+                         f"{_us(t, 'dragon')} | {'-' if r is None else f'{r:.2f}x'} | "
+                         f"{_us(t, 'unscheduled')} |")
+    lines += ["", "| budget | geomean MS / dragon | median | dragon faster |", "|---|---|---|---|"]
+    by_budget: dict[str, list[float]] = {}
+    for e in entries:
+        for n, t in _rows(e):
+            if ratio(t) is not None:
+                by_budget.setdefault(n, []).append(ratio(t))
+    for n, rs in by_budget.items():
+        lines.append(f"| {n} | {geomean(rs):.2f}x | {statistics.median(rs):.2f}x | "
+                     f"{sum(r > 1 for r in rs)} of {len(rs)} |")
+    lines += ["", "| workload | dragon seconds (16 / 64) | MetaSchedule seconds (16 / 64) |",
+              "|---|---|---|"]
+    for e in entries:
+        s = e["seconds"]
+        lines.append(f"| {e['workload']} | {s['dragon']['16']:.0f} / {s['dragon']['64']:.0f} | "
+                     f"{s['metaschedule']['16']:.0f} / {s['metaschedule']['64']:.0f} |")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or len(argv) % 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    for title, files in zip(argv[0::2], argv[1::2], strict=True):
+        entries = []
+        for path in files.split("+"):
+            with open(path, encoding="utf-8") as f:
+                entries += json.load(f)["workloads"]
+        print("\n".join(table(title, entries)) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
