@@ -102,7 +102,10 @@ def cmd_demo(args) -> int:
         config = config_from_args(DemoConfig, args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    cost_model = _cost_model(args.cost_model, config)
+    from training.cli.optimize import cli_cost_model
+
+    cost_model = cli_cost_model(args.cost_model, "llvm", config.width,
+                                min(config.k, config.network_k))
     wl = None
     if config.kernel:
         from codegen.cli.workloads import cli_workload
@@ -171,22 +174,6 @@ def cmd_demo(args) -> int:
     ok = parts.get("kernel", {}).get("optimize", {}).get("ok", True) and \
         parts.get("network", {}).get("ok", True)
     return ExitCode.OK if ok else ExitCode.FINDINGS
-
-
-def _cost_model(choice: str, config: DemoConfig):
-    """``--cost-model`` loaded before any work; a --width the cost model cannot rank is
-    refused."""
-    from codegen.search.cost_model import CostModelError
-    from training.models.builtin import load_cost_model
-
-    try:
-        cost_model = load_cost_model(choice, "llvm")
-    except CostModelError as exc:
-        raise UsageError(f"--cost-model {choice}: {exc}") from None
-    if cost_model is None and config.width > max(config.k, config.network_k):
-        raise UsageError(f"--width {config.width}: no cost model to rank the samples "
-                         f"(--cost-model {choice}); pass --width 0 or give a cost model")
-    return cost_model
 
 
 def register(subparsers) -> None:

@@ -165,7 +165,7 @@ def cmd_optimize(args) -> int:
     measure = measure_from_args(args)
     if args.builders is not None and args.builders < 1:
         raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
-    cost_model = cli_cost_model(args.cost_model, target, config)
+    cost_model = cli_cost_model(args.cost_model, target.kind.name, config.width, config.k)
     if whole:
         return run_optimize_model(args, target, config, sampling, measure, path, cost_model)
     old = script_to_refine(args.refine) if args.refine else None
@@ -209,18 +209,18 @@ def cmd_optimize(args) -> int:
     return ExitCode.OK if written is not None else ExitCode.FINDINGS
 
 
-def cli_cost_model(choice: str, target, config):
-    """``--cost-model``, loaded before anything is measured; a --width with no cost model to
-    rank it is refused."""
+def cli_cost_model(choice: str, target_kind: str, width: int | None, k: int):
+    """``--cost-model``, loaded before anything is measured; a --width wider than ``k`` with
+    no cost model to rank it is refused."""
     from codegen.search.cost_model import CostModelError
     from training.models.builtin import load_cost_model
 
     try:
-        cost_model = load_cost_model(choice, target.kind.name)
+        cost_model = load_cost_model(choice, target_kind)
     except CostModelError as exc:
         raise UsageError(f"--cost-model {choice}: {exc}") from None
-    if cost_model is None and config.width is not None and config.width > config.k:
-        raise UsageError(f"--width {config.width}: no cost model to rank the samples "
+    if cost_model is None and width is not None and width > k:
+        raise UsageError(f"--width {width}: no cost model to rank the samples "
                          f"(--cost-model {choice}); drop --width or give a cost model")
     return cost_model
 
