@@ -20,8 +20,11 @@ demo: $(STAMP)  # the main job on the built-in model, against MetaSchedule (a fe
 	$(BIN)/dragon demo
 
 # Tests run in PYTEST_WORKERS processes (pytest-xdist), a file to a worker so that a file's
-# fixtures are built once; 0 runs them in this process.
-PYTEST_WORKERS ?= 2
+# fixtures are built once; 0 runs them in this process.  Three on 2 cores: a worker spends much
+# of its time waiting on the processes that build, time and sample for it (its Evaluator's,
+# a `dragon` command's), and two kept the cores 150-175% busy (measured: 9.3 min with 2,
+# 7.4 with 3).
+PYTEST_WORKERS ?= 3
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
 test: $(STAMP)

@@ -10,7 +10,7 @@ import json
 import pytest
 
 import dragon_dsl
-from codegen.measure import Evaluator, MeasureConfig, Outcome, Status
+from codegen.measure import Outcome, Status
 from codegen.workloads import workload
 from dragon_dsl.cli import main
 from training.optimize.kernel import (
@@ -23,7 +23,6 @@ from training.optimize.kernel import (
 from training.sampling import SamplingConfig, load
 
 SPEC = "softmax(m=32,n=64)"       # DLight has a CPU rule for it: both baselines exist
-MEASURE = MeasureConfig(repeat=2, min_repeat_ms=1.0)
 SAMPLING = SamplingConfig(max_new_tokens=128)
 FAST = ["--repeat", "2", "--min-repeat-ms", "1", "--max-new-tokens", "128", "--builders", "1",
         "-q"]
@@ -105,12 +104,22 @@ def test_the_budget_stops_the_search_early(model, wl, evaluator):
         measure_start(wl, evaluator, config=OptimizeConfig(budget=5))
 
 
-def test_with_a_cached_evaluator_the_end_is_still_timed_now(model, wl, tmp_path):
+def test_with_a_cached_evaluator_the_end_is_still_timed_now(model, wl, evaluator, tmp_path):
+    from codegen.measure.cache import Cache
+
     config = OptimizeConfig(k=1, rounds=0)
-    with Evaluator("llvm", config=MEASURE, cache=str(tmp_path / "cache.sqlite"),
-                   builders=1) as ev:
-        first = optimize(*model, wl, "llvm", config=config, sampling=SAMPLING, evaluator=ev)
-        again = optimize(*model, wl, "llvm", config=config, sampling=SAMPLING, evaluator=ev)
+    # The session's Evaluator with a cache of its own for this test (its worker processes
+    # started once a run): what a cache changes is what the Evaluator looks up, not where.
+    assert evaluator.cache is None
+    evaluator.cache = Cache(str(tmp_path / "cache.sqlite"))
+    try:
+        first = optimize(*model, wl, "llvm", config=config, sampling=SAMPLING,
+                         evaluator=evaluator)
+        again = optimize(*model, wl, "llvm", config=config, sampling=SAMPLING,
+                         evaluator=evaluator)
+    finally:
+        evaluator.cache.close()
+        evaluator.cache = None
     assert [c.script for c in again.candidates] == [c.script for c in first.candidates]
     assert all(c.outcome.cached for c in again.candidates)
     assert again.ok and not any(o.cached for o in again.final.values())
