@@ -113,7 +113,7 @@ CORPUS ?= corpus/llvm
 N ?= 10
 CORPUS_RUN = $(BIN)/dragon datagen --preset tiny --sample 1000 --out $(CORPUS)
 corpus-grow: $(STAMP)
-	$(CORPUS_RUN) --records-only --grow $(N)
+	$(CORPUS_RUN) --records-only --grow $(N) --pack
 
 corpus-datasets: $(STAMP)
 	$(CORPUS_RUN) --grow 0

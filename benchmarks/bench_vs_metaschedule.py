@@ -94,7 +94,7 @@ def trained_specs() -> set[str]:
 
     specs = set()
     for folder in (ROOT / "corpus").glob("*"):
-        if (folder / "records").is_dir():
+        if (folder / "records").is_dir() or (folder / "shards").is_dir():
             specs |= {r.workload for r in RecordStore(str(folder)).all_records()}
     return specs
 

@@ -26,15 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import DragonError
 
 __all__ = ["ConfigError", "bounded", "build", "flag_names", "from_flat", "layered", "load_yaml",
-           "merge",
-           "nested"]
+           "merge", "names", "nested"]
 
 T = TypeVar("T")
 
@@ -51,6 +50,19 @@ class ConfigError(DragonError, ValueError):
     def __init__(self, message: str, *, field: str = "") -> None:
         super().__init__(bounded(message))
         self.field = field
+
+
+def names(value: str | Iterable[str]) -> tuple[str, ...]:
+    """A comma-separated list (a flag's, a YAML key's) or a sequence of names, as a tuple of
+    names without blanks.
+
+    >>> names("softmax, dense,,")
+    ('softmax', 'dense')
+    >>> names(["conv2d "])
+    ('conv2d',)
+    """
+    parts = value.split(",") if isinstance(value, str) else value
+    return tuple(n.strip() for n in parts if n.strip())
 
 
 def bounded(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:

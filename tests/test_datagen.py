@@ -108,6 +108,20 @@ def test_rerun_of_a_finished_run_does_nothing(clean_run, dragon_cmd):
     assert _committed(clean_run) == before
 
 
+def test_pack_moves_a_finished_run_into_shards_and_a_rerun_reads_them(tmp_path, clean_run,
+                                                                       dragon_cmd):
+    out = str(tmp_path / "out")
+    shutil.copytree(clean_run, out)
+    before = {k: RecordStore(out).read(k) for k in RecordStore(out).done()}
+    packed = dragon_cmd(_command(out, "--pack")[1:])
+    assert packed.returncode == 0, packed.stderr
+    assert "packed into" in packed.stderr and "00000.jsonl.gz" in packed.stderr
+    assert os.listdir(os.path.join(out, "tasks")) == []
+    assert {k: RecordStore(out).read(k) for k in RecordStore(out).done()} == before
+    again = dragon_cmd(_command(out)[1:])                 # the packed tasks are done
+    assert again.returncode == 0 and "3 already done" in again.stderr, again.stderr
+
+
 def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run, dragon_cmd):
     out = str(tmp_path / "out")
     # The clean run's measurement cache (OUT/cache.sqlite): the same candidates are not built

@@ -161,6 +161,11 @@ def cmd_datagen(args) -> int:
           f"done; {report.records} candidates measured ({report.correct} correct) in "
           f"{report.seconds:.0f} s", file=sys.stderr)
     status = ExitCode.FINDINGS if report.failed else ExitCode.OK
+    if args.pack:
+        shards = RecordStore(out).pack()
+        if shards:
+            print(f"datagen: the committed tasks packed into {', '.join(shards)}",
+                  file=sys.stderr)
     if not args.records_only:
         _build(args, out, settings.get("holdout_families", []))
     return status
@@ -293,6 +298,10 @@ def register(subparsers) -> None:
                    help="run only N of the workloads not yet done, then stop (the run's "
                         "workload list stays whole: the same command grows it by N more); 0 "
                         "searches nothing and builds the datasets from the records kept")
+    p.add_argument("--pack", action="store_true",
+                   help="after the run, move the committed tasks' records into compressed "
+                        "shards of 100 tasks (OUT/shards/*.jsonl.gz, read as before): for a "
+                        "corpus kept in version control")
     p.add_argument("--retry-failed", action="store_true",
                    help="run again the tasks an earlier run recorded as failed")
     p.add_argument("--records-only", action="store_true",

@@ -30,6 +30,7 @@ import numpy as np
 
 from codegen.search import ranking
 from codegen.search.cost_model import DEFAULT_KEEP, CostModel, Featurized, Group, featurize
+from dragon_dsl.configs import names
 from dragon_dsl.errors import DragonError
 from dragon_dsl.files import write_atomic
 from training.datagen.examples import default_resolver
@@ -70,10 +71,7 @@ class CostModelConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.holdout_families, str | list):
-            names = self.holdout_families.split(",") if isinstance(self.holdout_families, str) \
-                else self.holdout_families
-            object.__setattr__(self, "holdout_families",
-                               tuple(n.strip() for n in names if n.strip()))
+            object.__setattr__(self, "holdout_families", names(self.holdout_families))
         checks = [("holdout_fraction", 0 <= self.holdout_fraction < 1,
                    "0 <= holdout_fraction < 1"),
                   ("folds", self.folds == 0 or self.folds >= 2, "folds 0 or >= 2"),

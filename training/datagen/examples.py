@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import dragon_dsl
 from codegen.workloads import script_workload, workload
+from dragon_dsl.configs import names
 from dragon_dsl.errors import DragonError
 from training.datagen.records import Record
 from training.prompts.templates import (
@@ -107,10 +108,7 @@ class ExampleConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.holdout_families, str | list):
-            names = self.holdout_families.split(",") if isinstance(self.holdout_families, str) \
-                else self.holdout_families
-            object.__setattr__(self, "holdout_families",
-                               tuple(n.strip() for n in names if n.strip()))
+            object.__setattr__(self, "holdout_families", names(self.holdout_families))
         checks = [("k", self.k >= 1, "k >= 1"),
                   ("tolerance", self.tolerance >= 1.0, "tolerance >= 1.0"),
                   ("min_gain", self.min_gain > 1.0, "min_gain > 1.0"),

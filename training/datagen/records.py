@@ -12,14 +12,24 @@ Both are written to a temporary file and renamed into place, so a run killed at 
 -9 included) leaves either a complete task or none, and a rerun does exactly the tasks without a
 summary.  ``RecordStore.read`` checks every line and names the file and line of any it cannot
 use.
+
+A store kept for long (the repository's corpus) packs its committed tasks into shards:
+
+    OUT/shards/<n>.jsonl.gz         one committed task a line: its summary and its records
+
+``RecordStore.pack`` writes a shard of the loose tasks (whole, then renamed into place), then
+removes their loose files; a task found both in a shard and loose (a pack killed between the
+two) is the same task, read once.  Reading is the same either way.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import math
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
@@ -27,7 +37,8 @@ from typing import Any
 from dragon_dsl.errors import DragonError
 from dragon_dsl.files import write_atomic
 
-__all__ = ["RECORD_VERSION", "DataError", "Record", "RecordStore", "TaskSummary"]
+__all__ = ["RECORD_VERSION", "DataError", "Record", "RecordStore", "TaskSummary", "read_shard",
+           "shard_paths"]
 
 RECORD_VERSION = 1
 
@@ -115,19 +126,20 @@ class TaskSummary:
 
 
 class RecordStore:
-    """The ``records/`` and ``tasks/`` folders of a datagen output directory."""
+    """The ``records/``, ``tasks/`` and ``shards/`` folders of a datagen output directory."""
 
     def __init__(self, root: str) -> None:
         self.root = root
         self.records_dir = os.path.join(root, "records")
         self.tasks_dir = os.path.join(root, "tasks")
+        self.shards_dir = os.path.join(root, "shards")
+        self._shards: dict[str, _Packed] | None = None
 
     def _paths(self, key: str) -> tuple[str, str]:
         return (os.path.join(self.records_dir, f"{key}.jsonl"),
                 os.path.join(self.tasks_dir, f"{key}.json"))
 
-    def done(self) -> dict[str, TaskSummary]:
-        """Committed tasks by key (failed ones included)."""
+    def _loose(self) -> dict[str, TaskSummary]:
         out: dict[str, TaskSummary] = {}
         if not os.path.isdir(self.tasks_dir):
             return out
@@ -144,6 +156,21 @@ class RecordStore:
             out[summary.key] = summary
         return out
 
+    def packed(self) -> dict[str, _Packed]:
+        """The tasks held in shards, by key (read once per store)."""
+        if self._shards is None:
+            self._shards = {}
+            for path in shard_paths(self.shards_dir):
+                for packed in read_shard(path):
+                    self._shards.setdefault(packed.summary.key, packed)
+        return self._shards
+
+    def done(self) -> dict[str, TaskSummary]:
+        """Committed tasks by key (failed ones included), loose or in a shard."""
+        out = {key: packed.summary for key, packed in self.packed().items()}
+        out.update(self._loose())
+        return dict(sorted(out.items()))
+
     def commit(self, summary: TaskSummary, records: list[Record]) -> None:
         """Write a task's records, then its summary (the commit)."""
         records_path, task_path = self._paths(summary.key)
@@ -151,21 +178,134 @@ class RecordStore:
         write_atomic(task_path, summary.to_json() + "\n")
 
     def forget(self, key: str) -> None:
-        """Remove a committed task (its summary first), so that it runs again."""
+        """Remove a loosely committed task (its summary first), so that it runs again."""
+        if key in self.packed():
+            raise DataError(f"{self.root}: task {key} is packed in {self.packed()[key].path}; "
+                            "a packed task is kept")
         for path in reversed(self._paths(key)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
     def read(self, key: str) -> list[Record]:
         """The records of a committed task; a DataError naming file and line for a bad one."""
-        path = self._paths(key)[0]
-        return list(read_records(path))
+        if os.path.exists(self._paths(key)[1]) or key not in self.packed():
+            return list(read_records(self._paths(key)[0]))
+        packed = self.packed()[key]
+        return list(packed.read())
 
     def all_records(self) -> Iterator[Record]:
         """Every record of every committed task, in task-key order."""
-        for key, summary in sorted(self.done().items()):
+        for key, summary in self.done().items():
             if summary.status != "failed":
                 yield from self.read(key)
+
+    def pack(self, per_shard: int = 100) -> list[str]:
+        """Move the loose committed tasks, in key order, into shards of at most ``per_shard``
+        tasks (the last shard filled up first, then new ones); returns the shards written.
+        Each shard is whole before any loose file is removed, so a kill at any moment loses
+        no task."""
+        if per_shard < 1:
+            raise ValueError(f"Expected per_shard >= 1 but got {per_shard}")
+        packed = self.packed()
+        loose = self._loose()
+        written: list[str] = []
+        # A task both loose and packed: the same task where a pack was killed before its
+        # clean-up, a newer one where --retry-failed ran a packed failed task again (its shard
+        # is written again with the new one).
+        newer = {k for k in loose if k in packed and packed[k].summary != loose[k]}
+        for path in sorted({packed[k].path for k in newer}):
+            lines = [_line(loose[p.summary.key], self._loose_records(p.summary.key))
+                     if p.summary.key in newer else _line(p.summary, p.records)
+                     for p in read_shard(path)]
+            _write_shard(path, lines)
+            written.append(path)
+        self._shards = None
+        for key in [k for k in loose if k in packed]:
+            self._remove_loose(key)
+        keys = [k for k in loose if k not in packed]
+        paths = shard_paths(self.shards_dir)
+        while keys:
+            if paths and len(held := list(read_shard(paths[-1]))) < per_shard:
+                path, lines = paths.pop(), [_line(p.summary, p.records) for p in held]
+            else:
+                number = int(os.path.basename(paths[-1]).split(".")[0]) + 1 if paths else 0
+                path, lines = os.path.join(self.shards_dir, f"{number:05d}.jsonl.gz"), []
+            taken, keys = keys[:per_shard - len(lines)], keys[per_shard - len(lines):]
+            lines += [_line(loose[k], self._loose_records(k)) for k in taken]
+            _write_shard(path, lines)
+            self._shards = None
+            for key in taken:
+                self._remove_loose(key)
+            written.append(path)
+            paths = shard_paths(self.shards_dir)
+        return written
+
+    def _loose_records(self, key: str) -> list[Any]:
+        return [json.loads(r.to_json()) for r in read_records(self._paths(key)[0])]
+
+    def _remove_loose(self, key: str) -> None:
+        for path in reversed(self._paths(key)):  # the summary first: never a half task
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+@dataclass(frozen=True)
+class _Packed:
+    """One task in a shard: its summary, and its records as read (checked on ``read``)."""
+
+    path: str
+    line: int
+    summary: TaskSummary
+    records: list[Any]
+
+    def read(self) -> Iterator[Record]:
+        for i, data in enumerate(self.records):
+            try:
+                yield Record.from_dict(data)
+            except (ValueError, TypeError) as exc:
+                raise DataError(f"{self.path}:{self.line}: record {i} of task "
+                                f"{self.summary.key} is not a record ({exc})") from None
+
+
+def _line(summary: TaskSummary, records: list[Any]) -> str:
+    return json.dumps({"summary": asdict(summary), "records": records}, sort_keys=True,
+                      allow_nan=False)
+
+
+def _write_shard(path: str, lines: list[str]) -> None:
+    # mtime=0: the same tasks give the same bytes (a shard kept in git stays unchanged).
+    write_atomic(path, gzip.compress("".join(line + "\n" for line in lines).encode(),
+                                     compresslevel=9, mtime=0))
+
+
+def shard_paths(folder: str) -> list[str]:
+    """The shards of a ``shards/`` folder, in the order they were written."""
+    if not os.path.isdir(folder):
+        return []
+    return [os.path.join(folder, n) for n in sorted(os.listdir(folder))
+            if n.endswith(".jsonl.gz") and not n.startswith(".")]
+
+
+def read_shard(path: str) -> Iterator[_Packed]:
+    """The tasks of one shard, each line checked; a DataError naming the file and line."""
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a gzip shard of tasks ({exc}); restore it from version "
+                        "control") from None
+    if lines and lines[-1] == "":
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        try:
+            data = json.loads(line)
+            summary = TaskSummary(**data["summary"])
+            records = data["records"]
+            if not isinstance(records, list):
+                raise TypeError("records is not a list")
+        except (ValueError, TypeError, KeyError) as exc:
+            raise DataError(f"{path}:{number}: not a packed task ({exc})") from None
+        yield _Packed(path, number, summary, records)
 
 
 def read_records(path: str) -> Iterator[Record]:

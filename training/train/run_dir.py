@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from dragon_dsl.configs import names
 from dragon_dsl.errors import DragonError
 from dragon_dsl.files import unwritable, write_atomic
 from training.train.sft_config import config_dict
@@ -308,8 +309,7 @@ def lora_config(config: Any) -> Any:
     from peft import LoraConfig
 
     modules = config.lora_target_modules
-    targets: Any = modules if modules == "all-linear" else \
-        [m.strip() for m in modules.split(",") if m.strip()]
+    targets: Any = modules if modules == "all-linear" else list(names(modules))
     return LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha,
                       lora_dropout=config.lora_dropout, target_modules=targets,
                       task_type="CAUSAL_LM")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dragon_dsl import configs
-from dragon_dsl.configs import ConfigError
+from dragon_dsl.configs import ConfigError, names
 
 __all__ = ["CONFIGS_DIR", "PRESETS", "TASKS", "ConfigError", "SFTRunConfig", "TrainerScale",
            "check_scale", "check_types", "config_dict", "deepspeed_path", "field_checker",
@@ -69,7 +69,7 @@ class TrainerScale:
 
     @property
     def task_list(self) -> tuple[str, ...]:
-        return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
+        return names(self.tasks)
 
 
 def check_scale(config: TrainerScale) -> None:
