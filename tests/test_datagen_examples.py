@@ -271,6 +271,21 @@ def test_card_and_plots(tmp_path, examples):
         assert (tmp_path / "plots" / f"{name}.png").stat().st_size > 1000
 
 
+def test_card_says_what_the_scripts_do_and_where_they_were_timed(tmp_path, examples):
+    text = open(write_card(str(tmp_path), examples), encoding="utf-8").read()
+    rows = _rows(examples, "construction")
+    for family in {r["family"] for r in rows}:
+        mine = [r["script"] for r in rows if r["family"] == family]
+        # Counted here from the text: a tile statement with two factors other than 1.
+        tiling = sum(sum(1 for line in s.splitlines() if line.startswith(("tile ", "split "))
+                         and sum(f.strip() not in ("1", "")
+                                 for f in line[line.index("[") + 1:line.index("]")].split(","))
+                         >= 2) >= 2 for s in mine)
+        assert f"| {family} | {len(mine)} | {tiling / len(mine):.0%} |" in text
+    devices = {r["device"] for r in rows}
+    assert devices and all(f"| {d} | " in text for d in devices)
+
+
 def test_card_shows_skipped_scripts(tmp_path, records):
     _, broken = _broken(records)
     ex = build_examples([*records, broken], ExampleConfig(refinement=False))

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from dragon_dsl.files import atomic_file, write_atomic
+from dragon_dsl.stats import MIN_TILED_LOOPS, script_stats
 from training.datagen.dataset import RECORDS_FILE, TASKS
 from training.datagen.examples import SPLITS, THIRDS, Examples
 from training.models.tokenizer import openai_tokenizer
@@ -188,6 +189,7 @@ def _body(examples: Examples, lengths: dict[str, dict[str, list[int]]],
             f"best: {stats.missing_thirds}.", ""]
     out += ["## Examples per family", ""] + _count_table(examples, "family")
     out += ["## Examples per target", ""] + _count_table(examples, "target")
+    out += _script_tables(examples)
     out += ["## Token lengths", "", f"Tokenizer: `{tokenizer_name}`.", ""]
     rows = [[task, part, *(quantiles(values).get(q, "-") for q in ("min", "median", "p90",
                                                                    "max"))]
@@ -216,6 +218,31 @@ def _body(examples: Examples, lengths: dict[str, dict[str, list[int]]],
             "add `start_script`, `start_latency_s`, `start_third` and `speedup`.  `holdout` "
             "says why a workload is in test (`family`, `model`) or is empty.", ""]
     return "\n".join(out)
+
+
+def _script_tables(examples: Examples) -> list[str]:
+    """What the construction completions do, per family (``dragon_dsl.stats``), and where
+    their latencies were measured."""
+    rows = [r for split in SPLITS for r in examples.construction[split]]
+    stats = {id(r): script_stats(r["script"]) for r in rows}
+    out = ["## What the scripts do", "",
+           f"Construction completions per family: how many tile (cut at least "
+           f"{MIN_TILED_LOOPS} loops into parts other than 1: `dragon_dsl.stats`), their "
+           "statements (median) and blocks fetched again with nothing changed since "
+           "(rebinds, mean).", ""]
+    table = []
+    for family in sorted({r["family"] for r in rows}):
+        mine = [stats[id(r)] for r in rows if r["family"] == family]
+        table.append([family, len(mine), f"{sum(s.tiles for s in mine) / len(mine):.0%}",
+                      statistics.median(s.statements for s in mine),
+                      statistics.fmean(s.rebinds for s in mine)])
+    out += _table(["family", "scripts", "tile", "statements", "rebinds"], table) if table \
+        else ["No construction examples.", ""]
+    devices = Counter(r["device"] for r in rows)
+    out += ["## Where latencies were measured", ""]
+    out += _table(["device", "scripts"], sorted(devices.items())) if devices \
+        else ["Nowhere: no construction examples.", ""]
+    return out
 
 
 # ---- plots -------------------------------------------------------------------------------
