@@ -95,6 +95,28 @@ def test_every_attempt_is_measured_beside_its_references(evaluation, models):
             assert h["wins_a"] + h["wins_b"] + h["ties"] == h["tasks"] == 1
 
 
+def test_the_scripts_of_every_model_are_counted_beside_metaschedules(evaluation):
+    out, summary = evaluation
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    report = (out / "report.md").read_text()
+    assert "## What the scripts do" in report
+    for model, kinds in summary["by_model"].items():
+        for kind, f in kinds.items():
+            mine = [r for r in rows if (r["model"], r["kind"]) == (model, kind)
+                    and r.get("script") and r["status"] != "parse_error"]
+            shapes = f["scripts"]
+            assert shapes["scripts"] == len(mine) > 0
+            # Tiling counted here from the text: two tile or split lines with two factors
+            # other than 1.
+            tiling = sum(sum(1 for line in r["script"].splitlines()
+                             if line.startswith(("tile ", "split ")) and sum(
+                                 x.strip() != "1"
+                                 for x in line[line.index("[") + 1:line.index("]")].split(","))
+                             >= 2) >= 2 for r in mine)
+            assert shapes["tile"] == tiling / len(mine)
+            assert f"| {model} | {kind} | {len(mine)} | " in report
+
+
 def test_metaschedule_searches_once_per_workload_and_is_measured_like_a_model(evaluation):
     out, summary = evaluation
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]

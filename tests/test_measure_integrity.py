@@ -227,6 +227,34 @@ def test_measurements_wait_for_another_process_on_the_same_device(tmp_path, monk
     assert o.ok and waited >= 3.0, waited
 
 
+def test_a_long_wait_for_the_device_names_its_lock_once(tmp_path, monkeypatch, caplog):
+    """A measuring process that was stopped (Ctrl-Z) keeps its lock: whoever waits for it says
+    so on stderr, once, naming the lock, and goes on waiting."""
+    import logging
+    import threading
+
+    from codegen.measure.locks import device_lock
+
+    monkeypatch.setenv("DRAGON_CACHE_DIR", str(tmp_path))
+    waited: list[float] = []
+
+    def waiter():
+        with device_lock("cpu", shared=True, warn_after_s=0.2) as seconds:
+            waited.append(seconds)
+
+    with caplog.at_level(logging.WARNING, logger="codegen.measure.locks"):
+        with device_lock("cpu"):                    # another open file: held against it
+            thread = threading.Thread(target=waiter)
+            thread.start()
+            time.sleep(0.8)
+            assert thread.is_alive() and not waited  # still waiting, after the warning
+        thread.join(timeout=10)
+    assert waited and waited[0] >= 0.8
+    warnings = [r.getMessage() for r in caplog.records if r.name == "codegen.measure.locks"]
+    assert len(warnings) == 1 and "waiting" in warnings[0] and "'cpu'" in warnings[0]
+    assert str(tmp_path) in warnings[0]
+
+
 # ---- 4. no measurement, no "correct"; valid JSON; valid cores --------------------------------
 
 @pytest.mark.parametrize("field,value", [("repeat", 0), ("warmup", -1), ("run_timeout_s", 0),

@@ -17,7 +17,9 @@ session.  What is reported, per model and task kind, follows the field's convent
 * head to head: per task, which of two models found the faster best kernel, a tie within the
   larger of a fixed tolerance and the two timings' spread;
 * budget curves: per model and kind, the best speedup over the unscheduled kernel among the
-  first ``n`` attempts (``n`` measurements spent, in sampling order), over the tasks.
+  first ``n`` attempts (``n`` measurements spent, in sampling order), over the tasks;
+* what the scripts do (``dragon_dsl.stats``), over the attempts that parse: the share that
+  tile, per family too, their statements (median) and rebinds (mean).
 
 >>> rows = [{"model": "a", "task": "t", "kind": "construction", "status": "correct",
 ...          "latency_s": 1.0, "unscheduled_s": 2.0},
@@ -37,6 +39,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from codegen.measured import compare, speedup
+from dragon_dsl.errors import DragonError
+from dragon_dsl.stats import script_stats
 
 __all__ = ["FAST_P", "best_by_task", "budget_curves", "fast_p", "geomean", "head_to_head",
            "summarize"]
@@ -139,7 +143,39 @@ def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
             figures[f"best_over_{name}_geomean"] = geomean(values)
             figures[f"best_over_{name}_median"] = _median(values)
             figures[f"faster_than_{name}"] = sum(s > 1 for s in values)
+    shapes = script_figures(rows)
+    if shapes:
+        figures["scripts"] = shapes
     return figures
+
+
+def script_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the parsed scripts of ``rows`` do: how many, the share that tile (overall and per
+    family), their statements (median) and rebinds (mean); empty when none parses.
+
+    >>> rows = [{"family": "dense", "status": "correct",
+    ...          "script": 'block "C" -> C\\nloops C -> i, j\\ntile i [4, 8] -> i0, i1\\n'
+    ...                    'tile j [2, 16] -> j0, j1\\n'},
+    ...         {"family": "dense", "status": "correct", "script": 'block "C" -> C\\n'}]
+    >>> f = script_figures(rows)
+    >>> f["scripts"], f["tile"], f["tile_by_family"], f["statements_median"]
+    (2, 0.5, {'dense': 0.5}, 2.5)
+    """
+    stats: dict[str, list[Any]] = defaultdict(list)
+    for row in rows:
+        if row.get("script") and row.get("status") not in _NOT_PARSED:
+            try:
+                stats[row.get("family", "")].append(script_stats(row["script"]))
+            except DragonError:
+                continue
+    every = [s for family in stats.values() for s in family]
+    if not every:
+        return {}
+    return {"scripts": len(every), "tile": sum(s.tiles for s in every) / len(every),
+            "tile_by_family": {f: sum(s.tiles for s in v) / len(v)
+                               for f, v in sorted(stats.items())},
+            "statements_median": statistics.median(s.statements for s in every),
+            "rebinds_mean": statistics.fmean(s.rebinds for s in every)}
 
 
 def _timed(row: dict[str, Any]) -> Any:

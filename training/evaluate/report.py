@@ -75,6 +75,7 @@ def markdown(summary: dict[str, Any]) -> str:
                 lines.append(f"| {pair} | {a}: {h['wins_a']} | {b}: {h['wins_b']} | "
                              f"{h['ties']} | {h['tasks']} |")
         lines.append("")
+    lines += _script_table(summary)
     lines += ["fast_p: the share of tasks whose best attempt is correct and at least p times "
               "faster than the unscheduled kernel (fast_0: solved at all).  Speedup geomeans "
               "are over correct attempts (attempt) or over tasks with a correct attempt "
@@ -86,6 +87,28 @@ def markdown(summary: dict[str, Any]) -> str:
     if len(summary["by_model"]) >= 2:
         lines += ["![scatter](scatter.png)", ""]
     return "\n".join(lines)
+
+
+def _script_table(summary: dict[str, Any]) -> list[str]:
+    """What each model's parsed scripts do (``metrics.script_figures``): tiling, per family
+    too, length and rebinds, beside MetaSchedule's own."""
+    found = [(model, kind, kinds[kind]["scripts"]) for model, kinds in summary["by_model"].items()
+             for kind in kinds if "scripts" in kinds[kind]]
+    if not found:
+        return []
+    families = sorted({f for _, _, s in found for f in s["tile_by_family"]})
+    lines = ["## What the scripts do", "",
+             "Over the attempts that parse (`dragon_dsl.stats`): the share that tile (cut at "
+             "least two loops into parts other than 1), per family too; statements per script "
+             "(median); blocks fetched again with nothing changed since (rebinds, mean).", "",
+             "| model | kind | scripts | tile | statements | rebinds | "
+             + " | ".join(f"tile: {f}" for f in families) + " |",
+             "|---" * (6 + len(families)) + "|"]
+    for model, kind, s in found:
+        lines.append(f"| {model} | {kind} | {s['scripts']} | {_pct(s['tile'])} | "
+                     f"{s['statements_median']:g} | {s['rebinds_mean']:.2f} | "
+                     + " | ".join(_pct(s["tile_by_family"].get(f)) for f in families) + " |")
+    return lines + [""]
 
 
 def _curve_table(curves: dict[str, Any], kind: str) -> list[str]:
