@@ -25,7 +25,7 @@ demo: $(STAMP)  # the main job on the built-in model, against MetaSchedule (a fe
 # a `dragon` command's), and two kept the cores 150-175% busy (measured: 9.3 min with 2,
 # 7.4 with 3).
 PYTEST_WORKERS ?= 3
-XDIST = -n $(PYTEST_WORKERS) --dist loadfile
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) --durations=25 tests $(PYTEST_ARGS)

@@ -146,13 +146,17 @@ def dragon_cmd(capsys, monkeypatch):
     return run
 
 
-# The longest files first (their seconds in `make test --durations`, 2 workers): xdist hands
-# out whole files in collection order, and a long file started last is the run's tail.
-LONGEST_FIRST = ["test_datagen.py", "test_optimize.py", "test_eval_models.py",
-                 "test_sampling.py", "test_evaluate.py", "test_rl.py", "test_datagen_database.py",
-                 "test_reward.py", "test_roundtrip.py", "test_eval_http.py",
-                 "test_hostile_train.py", "test_live_worker.py", "test_schedule_aware.py",
-                 "test_workers.py", "test_hostile.py"]
+# The longest files first (their seconds in `make test --durations` on 2 cores): under
+# pytest-xdist (`--dist loadfile --no-loadscope-reorder`, the Makefile's) a worker takes the next
+# whole file in collection order when it is almost done with its own, so the long files start
+# early and the short ones fill in at the end.  (xdist's own order, by the number of tests in a
+# file, undid this one and left long files for last.)  A file not named keeps its place after.
+LONGEST_FIRST = ["test_sampling.py", "test_evaluate.py", "test_datagen.py", "test_optimize.py",
+                 "test_datagen_database.py", "test_eval_models.py", "test_roundtrip.py",
+                 "test_rl.py", "test_schedule_aware.py", "test_measure_integrity.py",
+                 "test_workers.py", "test_reward.py", "test_hostile_train.py",
+                 "test_live_worker.py", "test_hostile.py", "test_models.py", "test_cli_bench.py",
+                 "test_eval_http.py"]
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -122,6 +122,10 @@ def test_pack_moves_a_finished_run_into_shards_and_a_rerun_reads_them(tmp_path, 
     assert again.returncode == 0 and "3 already done" in again.stderr, again.stderr
 
 
+# In the slow pass (CI runs it after the default one): a process of its own pays TVM's import
+# and its first design space again, the default pass's longest test (70-85 s on 2 cores).  What
+# a rerun does with a task cut short is the default pass's, in the partial-file test below.
+@pytest.mark.slow
 def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run, dragon_cmd):
     out = str(tmp_path / "out")
     # The clean run's measurement cache (OUT/cache.sqlite): the same candidates are not built
