@@ -50,6 +50,7 @@ def test_the_key_changes_with_every_part():
     assert len(keys) == 6
 
 
+@pytest.mark.slow  # three Evaluators; that each part changes the key is the test above's
 def test_the_cache_misses_for_another_target_or_measurement_setting(tmp_path):
     wl = workload("matmul(m=64,n=64,k=64)")
     path = str(tmp_path / "m.sqlite")

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from dragon_dsl.tvm_support import native_log
 
 
@@ -24,6 +26,7 @@ def test_native_lines_are_logged_once_and_other_output_passes_through(caplog, ca
     assert "not TVM's" in capfd.readouterr().err
 
 
+@pytest.mark.slow  # BERT imported twice in a process of its own; the mechanism is the test above's
 def test_importing_a_model_twice_warns_once_about_its_gathers():
     # BERT's embedding lookups are `take`s: legalizing each printed TVM's warning every time.
     code = ("from codegen.workloads.models import import_model\n"
