@@ -22,15 +22,15 @@ demo: $(STAMP)  # the main job on the built-in model, against MetaSchedule (a fe
 # Tests run in PYTEST_WORKERS processes (pytest-xdist), a file to a worker so that a file's
 # fixtures are built once; 0 runs them in this process.  Three on 2 cores: a worker spends much
 # of its time waiting on the processes that build, time and sample for it (its Evaluator's,
-# a `dragon` command's), and two kept the cores 150-175% busy (measured: 9.3 min with 2,
-# 7.4 with 3).
+# a `dragon` command's), and two kept the cores 150-175% busy (measured on a clean clone with
+# a cold page cache: 7.4 min with 3 workers; 9.3 with 2 before the cuts).
 PYTEST_WORKERS ?= 3
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) --durations=25 tests $(PYTEST_ARGS)
 
-# The slow tests alone, without a GPU (about 14 minutes on 2 cores): a real MetaSchedule tuning,
+# The slow tests alone, without a GPU (about 11 minutes on 2 cores): a real MetaSchedule tuning,
 # BERT, GPT-2 and Llama against torch, every model's tasks, the demo, Outlines, every pair of
 # the round-trip strategy.  pytest's exit code 5 (nothing selected) means no test is marked
 # slow any more, so `make test` ran them all: that is a pass; any other failure is not.
