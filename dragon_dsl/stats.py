@@ -60,9 +60,8 @@ def script_stats(script: str) -> ScriptStats:
         if stmt.op in _CUTS and len(stmt.args) >= 2 and _cuts(stmt.args[1]):
             tiled += 1
         if stmt.op == "block":
-            name = stmt.args[0] if stmt.args else None
-            if isinstance(name, Ref):
-                name = name.name
+            first = stmt.args[0] if stmt.args else ""
+            name = first.name if isinstance(first, Ref) else str(first)
             if name in held:
                 rebinds += 1
             held.add(name)
