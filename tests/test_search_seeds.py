@@ -68,3 +68,69 @@ def test_seeds_go_to_the_database_and_the_cost_model_and_are_not_timed_again(
     # TVM's own database holds the seeds beside the search's records.
     db = ms.database.JSONDatabase(work_dir=str(tmp_path), module_equality="structural")
     assert len(db) == len(first) + 4
+
+
+class _FavouringSeeds:
+    """A MetaSchedule cost model that scores the seeds' kernels highest, so that evolution hands
+    them back to be measured (MetaSchedule only remembers what it picked itself)."""
+
+    def __new__(cls, seeds, wl, target):
+        import tvm_ffi
+        from tvm.ir.utils import derived_object
+        from tvm.s_tir import meta_schedule as ms
+
+        import dragon_dsl
+
+        mods = [dragon_dsl.to_schedule(s, workload=wl, target=target).mod for s, _ in seeds]
+
+        @derived_object
+        class Favouring(ms.cost_model.PyCostModel):
+            def update(self, context, candidates, results):
+                pass
+
+            def predict(self, context, candidates):
+                import numpy as np
+
+                return np.array([float(any(tvm_ffi.structural_equal(c.sch.mod, m)
+                                           for m in mods)) for c in candidates])
+
+        return Favouring()
+
+
+def test_a_seed_proposed_again_is_answered_from_its_record_not_timed(llvm2_evaluator,
+                                                                     monkeypatch):
+    """A search seeded with an earlier search's kernels, under a cost model that favours them,
+    proposes them again; they are answered from their records, not timed, and the search still
+    times as many new kernels as asked."""
+    from codegen.search import tune
+
+    wl = workload(SPEC)
+    config = SearchConfig(trials=8, per_round=8, population=32, seed=1)
+    first = [(s, o) for r in search(wl, llvm2_evaluator.target, llvm2_evaluator, config)
+             for s, o in zip(r.scripts, r.outcomes, strict=True)]
+    assert len(first) == 8 and all(s is not None for s, _ in first)
+    answered = []
+    get = tune._Measured.get
+
+    def spying(self, mod):
+        result = get(self, mod)
+        if result is not None:
+            answered.append(result)
+        return result
+
+    monkeypatch.setattr(tune._Measured, "get", spying)
+    timed = []
+    evaluate = llvm2_evaluator.evaluate
+
+    def recording(wl, scripts, *args, **kwargs):
+        timed.extend(scripts)
+        return evaluate(wl, scripts, *args, **kwargs)
+
+    monkeypatch.setattr(llvm2_evaluator, "evaluate", recording)
+    favouring = _FavouringSeeds(first, wl, llvm2_evaluator.target)
+    again = [s for r in search(wl, llvm2_evaluator.target, llvm2_evaluator, config,
+                               cost_model=favouring, seeds=first)
+             for s in r.scripts]
+    assert not {s for s, _ in first} & set(timed)
+    assert len(again) == len(timed) == 8
+    assert answered, "the search proposed no seed again: this test proves nothing"

@@ -14,7 +14,8 @@ MetaSchedule's 1e10 s latency), so a search leaves the logs users already know.
 A search can start from what was measured before it (``seeds``: scripts and their outcomes,
 say a model's): they are committed to the database first, so that the evolutionary search's
 initial population begins with the best of them (MetaSchedule's ``init_measured_ratio``), and
-the cost model learns from them before it ranks anything.  ``cost_model`` replaces the model
+the cost model learns from them before it ranks anything.  A seed the search proposes again is
+answered with its recorded result, never timed again (``trials`` counts kernels timed).  ``cost_model`` replaces the model
 ``SearchConfig.cost_model`` names, for a cost model that has already seen search
 (``codegen.search.cost_model``).
 """
@@ -33,6 +34,9 @@ __all__ = ["FAILED_RUN_SECS", "Round", "SearchConfig", "cost_model_name", "searc
 
 # MetaSchedule's latency for a candidate that did not run (AddToDatabase's kMaxMeanTime).
 FAILED_RUN_SECS = 1e10
+# Rounds in a row that bring nothing new before a search stops (MetaSchedule's own
+# num_empty_iters_before_early_stop).
+_EMPTY_ROUNDS_BEFORE_STOP = 5
 
 
 @dataclass(frozen=True)
@@ -99,10 +103,36 @@ def _encode(trace, workload, tgt, pp_set: str) -> str | None:
         return None
 
 
+class _Measured:
+    """The modules already measured in a search (the seeds and every kernel it timed), compared
+    as MetaSchedule's database compares them (structural equality), with their results.
+
+    MetaSchedule's evolutionary search only avoids re-measuring what it picked itself (its
+    ``measured_workloads_``); a seed from the database can come back unchanged from evolution or
+    from random sampling, and is then answered from here, not timed again."""
+
+    def __init__(self) -> None:
+        self._by_hash: dict[int, list[tuple[Any, Any]]] = {}
+
+    def add(self, mod, result) -> None:
+        import tvm_ffi
+
+        self._by_hash.setdefault(tvm_ffi.structural_hash(mod), []).append((mod, result))
+
+    def get(self, mod):
+        import tvm_ffi
+
+        for known, result in self._by_hash.get(tvm_ffi.structural_hash(mod), ()):
+            if tvm_ffi.structural_equal(known, mod):
+                return result
+        return None
+
+
 def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
-          seeds: Sequence[tuple[str, Outcome]]) -> int:
-    """Commits the measured ``seeds`` to ``database`` and teaches ``cost_model`` their
-    results; returns how many could be replayed (a script the workload refuses is skipped)."""
+          seeds: Sequence[tuple[str, Outcome]], measured: _Measured) -> int:
+    """Commits the measured ``seeds`` to ``database``, teaches ``cost_model`` their results and
+    adds them to ``measured``; returns how many could be replayed (a script the workload refuses
+    is skipped)."""
     from tvm.s_tir import meta_schedule as ms
 
     import dragon_dsl
@@ -120,6 +150,7 @@ def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
             sch.trace, entry, [float(s) for s in secs], tgt, args_info))
         candidates.append(ms.MeasureCandidate(sch, args_info))
         results.append(result)
+        measured.add(sch.mod, result)
     if candidates:
         cost_model.update(ctx, candidates, results)
     return len(candidates)
@@ -167,20 +198,23 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
                                                     num_tuning_cores=1)
     entry = database.commit_workload(ctx.mod)
     args_info = ms.arg_info.ArgInfo.from_prim_func(ctx.mod["main"])
-    if seeds:
-        _seed(ctx, database, entry, args_info, cost_model, workload, tgt, seeds)
-    ctx.pre_tuning(max_trials=config.trials, num_trials_per_iter=config.per_round,
+    known = _Measured()
+    # MetaSchedule counts a seed it proposes again as a trial; each is proposed at most once.
+    replayed = _seed(ctx, database, entry, args_info, cost_model, workload, tgt, seeds, known)
+    ctx.pre_tuning(max_trials=config.trials + replayed, num_trials_per_iter=config.per_round,
                    design_spaces=ctx.generate_design_space(), database=database,
                    cost_model=cost_model)
-    measured, index = 0, 0
+    measured, index, empty = 0, 0, 0
     try:
-        while measured < config.trials:
+        while measured < config.trials and empty < _EMPTY_ROUNDS_BEFORE_STOP:
             start = time.perf_counter()
             candidates = ctx.generate_measure_candidates()
             if not candidates:
                 break
             candidates = list(candidates)[:config.trials - measured]
-            traces = [c.sch.trace for c in candidates]
+            answers = [known.get(c.sch.mod) for c in candidates]
+            new = [i for i, a in enumerate(answers) if a is None]
+            traces = [candidates[i].sch.trace for i in new]
             scripts = [_encode(t, workload, tgt, pp_set) for t in traces]
             texts = [s for s in scripts if s is not None]
             measured_texts = iter(evaluator.evaluate(workload, texts) if texts else [])
@@ -188,16 +222,22 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
                         Outcome(Status.APPLY_ERROR, "encode",
                                 "MetaSchedule's trace could not be written as a script")
                         for s in scripts]
-            results = [_runner_result(o) for o in outcomes]
-            ctx.notify_runner_results(candidates, results)
-            cost_model.update(ctx, candidates, results)
-            for trace, result in zip(traces, results, strict=True):
+            fresh = [_runner_result(o) for o in outcomes]
+            for i, result in zip(new, fresh, strict=True):
+                answers[i] = result
+            ctx.notify_runner_results(candidates, answers)
+            if new:
+                cost_model.update(ctx, [candidates[i] for i in new], fresh)
+            for i, trace, result in zip(new, traces, fresh, strict=True):
+                known.add(candidates[i].sch.mod, result)
                 secs = result.run_secs if result.run_secs is not None else [FAILED_RUN_SECS]
                 database.commit_tuning_record(ms.database.TuningRecord(
                     trace, entry, [float(s) for s in secs], tgt, args_info))
-            measured += len(candidates)
-            yield Round(index, scripts, outcomes, time.perf_counter() - start)
-            index += 1
+            measured += len(new)
+            empty = 0 if new else empty + 1
+            if new:
+                yield Round(index, scripts, outcomes, time.perf_counter() - start)
+                index += 1
     finally:
         ctx.post_tuning()
 
