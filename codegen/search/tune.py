@@ -15,9 +15,9 @@ A search can start from what was measured before it (``seeds``: scripts and thei
 say a model's): they are committed to the database first, so that the evolutionary search's
 initial population begins with the best of them (MetaSchedule's ``init_measured_ratio``), and
 the cost model learns from them before it ranks anything.  A seed the search proposes again is
-answered with its recorded result, never timed again (``trials`` counts kernels timed).  ``cost_model`` replaces the model
-``SearchConfig.cost_model`` names, for a cost model that has already seen search
-(``codegen.search.cost_model``).
+answered with its recorded result, never timed again (``trials`` counts kernels timed).
+``cost_model`` replaces the model ``SearchConfig.cost_model`` names, for a cost model that has
+already seen search (``codegen.search.cost_model``).
 """
 
 from __future__ import annotations
