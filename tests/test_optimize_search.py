@@ -200,3 +200,42 @@ def test_a_cost_model_that_cannot_rank_is_refused_before_any_work(dragon_cmd, tm
     done = dragon_cmd(["optimize", SPEC, "--out", str(out), "-q", *flags])
     assert done.returncode == 2 and needle.format(**names) in done.stderr, done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_scripts_carried_over_from_the_corpus_are_timed_first_and_the_model_refines_them(
+        monkeypatch):
+    """``transfer``: the corpus' fitted scripts are round 0 ("corpus"), counted in the budget;
+    the model's first round is then a refinement of the best of them."""
+    import training.sampling.schedule_aware as aware
+    from training.datagen.records import RecordStore
+    from training.optimize import transfer
+
+    records = list(RecordStore(str(transfer_corpus())).all_records())
+    prompts = []
+
+    def sample(model, tok, prompt, wl, target, config):
+        prompts.append(prompt)
+        return [SimpleNamespace(text=t) for t in SCRIPTS[:config.n]]
+
+    monkeypatch.setattr(aware, "sample_schedule_aware", sample)
+    ev = _Evaluator()
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=2, rounds=0, transfer=3,
+                                                              budget=2 + 3 + 2 + 3),
+                      evaluator=ev, start=_start(ev), corpus=records)
+    carried = [t.script for t in transfer.transferred(SPEC, records, ev.target, limit=3)]
+    assert len(carried) == 3 and ev.timed[:3] == carried
+    assert [r.prompt for r in result.rounds] == ["corpus", "refinement"]
+    assert carried[0].strip() in prompts[0]          # the best carried over (all tie at 4.5 ms)
+    assert [c.source for c in result.candidates][:3] == ["corpus"] * 3
+    assert result.measurements == 2 + 3 + 2 + 3 and result.stopped == "rounds"
+    with pytest.raises(ValueError, match="corpus"):
+        optimize(None, None, SPEC, config=OptimizeConfig(transfer=2), evaluator=ev,
+                 start=_start(ev))
+    with pytest.raises(ValueError, match="transfer >= 0"):
+        OptimizeConfig(transfer=-1)
+
+
+def transfer_corpus():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent.parent / "corpus" / "llvm"

@@ -166,8 +166,10 @@ def cmd_optimize(args) -> int:
     if args.builders is not None and args.builders < 1:
         raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
     cost_model = cli_cost_model(args.cost_model, target.kind.name, config.width, config.k)
+    corpus = cli_corpus(args.corpus, target.kind.name, config.transfer)
     if whole:
-        return run_optimize_model(args, target, config, sampling, measure, path, cost_model)
+        return run_optimize_model(args, target, config, sampling, measure, path, cost_model,
+                                  corpus)
     old = script_to_refine(args.refine) if args.refine else None
     out = args.out or default_out(wl)
     if Path(out).is_dir() or not Path(out).resolve().parent.is_dir():
@@ -188,7 +190,7 @@ def cmd_optimize(args) -> int:
         model, tokenizer = load_model(path)
         result = optimize(model, tokenizer, wl, target, config=config, sampling=sampling,
                           refine=old, evaluator=ev, start=start, progress=progress,
-                          cost_model=cost_model)
+                          cost_model=cost_model, corpus=corpus)
     written = lost = None
     if result.best_script is not None:
         try:
@@ -227,6 +229,35 @@ def cli_cost_model(choice: str, target_kind: str, width: int | None, k: int):
 
 # torch.manual_seed takes -2**63 .. 2**64 - 1; round r samples with seed + r.
 _SEEDS = (-(2**63), 2**64 - 1)
+
+
+def cli_corpus(choice: str, target_kind: str, transfer: int) -> list | None:
+    """``--corpus``'s records, read before anything is measured when ``--transfer`` asks for
+    scripts from it: ``auto`` (the kept corpus for an llvm target when the checkout has it),
+    ``none``, or a ``dragon datagen`` output folder.  A --transfer with no corpus to carry
+    from, or a folder without records or with a damaged one (named, file and line), is
+    refused."""
+    from training.datagen.records import DataError, RecordStore
+    from training.models.builtin import KEPT_CORPUS
+
+    if not transfer:
+        return None
+    folder = None if choice == "none" else choice
+    if choice == "auto":
+        kept = target_kind == "llvm" and (KEPT_CORPUS / "datagen.json").is_file()
+        folder = str(KEPT_CORPUS) if kept else None
+    if folder is None:
+        raise UsageError(f"--transfer {transfer}: no corpus to carry scripts over from "
+                         f"(--corpus {choice}); give a `dragon datagen` output folder or drop "
+                         f"--transfer")
+    try:
+        records = list(RecordStore(folder).all_records())
+    except DataError as exc:
+        raise UsageError(f"--corpus {choice}: {exc}") from None
+    if not records:
+        raise UsageError(f"--corpus {folder}: no records (not a `dragon datagen` output "
+                         f"folder, or one with no task committed yet)")
+    return records
 
 
 def _check_seed(seed: int, rounds: int) -> None:
@@ -292,6 +323,10 @@ def register(subparsers) -> None:
                         "(default: the search starts MetaSchedule's own untrained XGBoost; "
                         "measured, the built-in one ranked held-out search candidates worse, "
                         "see docs/vs-metaschedule)")
+    p.add_argument("--corpus", default="auto", metavar="DIR",
+                   help="where --transfer carries scripts over from: a `dragon datagen` output "
+                        "folder, auto (the kept corpus of a source checkout, corpus/llvm, for "
+                        "llvm targets) or none")
     p.add_argument("--refine", metavar="SCRIPT", help="start from this script: round 0 "
                    "refines it (it is measured first and must be correct); - reads stdin")
     p.add_argument("--out", metavar="FILE", help="where to write the best script (default: "

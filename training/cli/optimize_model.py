@@ -151,7 +151,7 @@ def format_model_report(result) -> str:
 
 
 def run_optimize_model(args, target, config, sampling, measure, path: str,
-                       cost_model=None) -> int:
+                       cost_model=None, corpus=None) -> int:
     """What ``dragon optimize`` runs for a whole model (flags parsed and checked)."""
     from training.optimize.kernel import OptimizeError
     from training.optimize.model import ModelOptimizeConfig, optimize_model
@@ -190,7 +190,8 @@ def run_optimize_model(args, target, config, sampling, measure, path: str,
                                     evaluator=ev, config=config, model_config=model_config,
                                     sampling=sampling, measure=measure,
                                     progress=not args.quiet, say=say,
-                                    loader=lambda: load_model(path), cost_model=cost_model)
+                                    loader=lambda: load_model(path), cost_model=cost_model,
+                                    corpus=corpus)
         except OptimizeError as exc:
             raise UsageError(f"--budget: {exc}") from None
     lost = None

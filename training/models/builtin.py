@@ -13,13 +13,16 @@ from pathlib import Path
 
 from dragon_dsl.errors import DragonError
 
-__all__ = ["DEFAULT_COST_MODEL", "DEFAULT_MODEL", "DefaultModelMissing", "default_model_dir",
-           "load_cost_model"]
+__all__ = ["DEFAULT_COST_MODEL", "DEFAULT_MODEL", "KEPT_CORPUS", "DefaultModelMissing",
+           "default_model_dir", "load_cost_model"]
 
 DEFAULT_MODEL = Path(__file__).resolve().parent / "dragon-tiny"
 # MetaSchedule's XGBoost cost model trained on the kept corpus' records (`make cost-model`):
 # llvm on this project's machine, so it is used for llvm targets only.
 DEFAULT_COST_MODEL = DEFAULT_MODEL / "cost_model.tar"
+# The kept llvm corpus (corpus/README.md) in a source checkout: where scripts are carried over
+# from (training.optimize.transfer); an installed package has none.
+KEPT_CORPUS = Path(__file__).resolve().parents[2] / "corpus" / "llvm"
 
 
 class DefaultModelMissing(DragonError):
@@ -50,3 +53,4 @@ def load_cost_model(choice: str, target_kind: str):
     from codegen.search.cost_model import CostModel
 
     return CostModel.load(choice)
+

@@ -86,6 +86,11 @@ class OptimizeConfig:
         "help": "Start the search from every script the model timed (committed to its "
                 "database and taught to its cost model first); off: from random samples, as "
                 "MetaSchedule alone starts (the ablation of seeding)."})
+    transfer: int = field(default=0, metadata={
+        "help": "Scripts carried over from a corpus (the fastest of the nearest workloads of "
+                "the same family, fitted to this one's loops: training.optimize.transfer) "
+                "timed before the model's first round, which then refines the best of them; "
+                "needs a corpus (0: none)."})
     budget: int | None = field(default=None, metadata={
         "help": "Kernels timed at most, all counted: the baselines, the script to refine, each "
                 "distinct sampled script and the final re-timing of the best beside the "
@@ -101,6 +106,8 @@ class OptimizeConfig:
             raise ValueError(f"Expected width >= k ({self.k}) but got width={self.width}")
         if not self.search >= 0:
             raise ValueError(f"Expected search >= 0 but got search={self.search}")
+        if not self.transfer >= 0:
+            raise ValueError(f"Expected transfer >= 0 but got transfer={self.transfer}")
         if self.budget is not None and not self.budget >= 1:
             raise ValueError(f"Expected budget >= 1 but got budget={self.budget}")
 
@@ -112,7 +119,7 @@ class Candidate:
     script: str
     outcome: Any               # codegen.measure.Outcome
     round: int                 # the round that first wrote it (0 for the script to refine)
-    source: str = "sample"     # "sample", "given" (the script to refine) or "search"
+    source: str = "sample"     # "sample", "given" (the script to refine), "corpus" or "search"
 
     @property
     def latency_s(self) -> float | None:
@@ -128,7 +135,8 @@ class Round:
     """What one round sampled and measured."""
 
     index: int
-    prompt: str                    # "construction", "refinement", or "search" (MetaSchedule's)
+    prompt: str                    # "construction", "refinement", "corpus" (scripts carried
+                                   # over) or "search" (MetaSchedule's)
     prompt_latency_s: float | None  # the latency the refinement prompt gave
     attempts: int                  # scripts sampled
     measured: int                  # distinct scripts measured for the first time
@@ -291,7 +299,8 @@ def measure_start(workload: Any, evaluator: Any, *, refine: str | None = None,
 def optimize(model, tokenizer, workload: Any, target: Any = None, *,
              config: OptimizeConfig | None = None, sampling: SamplingConfig | None = None,
              refine: str | None = None, evaluator: Any = None, start: Start | None = None,
-             cost_model: Any = None, progress: bool = False, label: str = "") -> OptimizeResult:
+             cost_model: Any = None, corpus: Any = None, progress: bool = False,
+             label: str = "") -> OptimizeResult:
     """Sample, measure and refine scripts for ``workload`` (see the module's docstring).
 
     ``sampling`` says how to sample (its ``n`` is replaced by ``config.k``; round r uses seed
@@ -304,6 +313,8 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
     ``label`` names the progress bar (a model's task, for one bar per task).
     ``cost_model`` (a ``codegen.search.cost_model.CostModel``) ranks each round's ``width``
     samples and the search's candidates; it is updated in place with every kernel timed.
+    ``corpus`` (``training.datagen.records`` records, e.g. ``RecordStore(dir).all_records()``)
+    is where ``config.transfer`` scripts are carried over from.
     """
     from codegen.measure import Evaluator
 
@@ -312,6 +323,9 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
     if config.width is not None and config.width > config.k and cost_model is None:
         raise ValueError(f"Expected a cost model to rank width={config.width} samples down "
                          f"to k={config.k}")
+    if config.transfer and corpus is None:
+        raise ValueError(f"Expected a corpus to carry transfer={config.transfer} scripts over "
+                         f"from")
     owned = evaluator is None
     if owned:
         evaluator = Evaluator("llvm" if target is None else target, cache=False)
@@ -331,6 +345,8 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
                               config=evaluator.config, device=evaluator.runtime)
         search = _Search(model, tokenizer, workload, target, config, sampling, evaluator, start,
                          cost_model)
+        if config.transfer:
+            search.run_transfer(corpus)
         search.run(progress, label)
         search.run_search(progress, label)
         final = search.retime(timer or evaluator)
@@ -388,12 +404,37 @@ class _Search:
                                                 best.outcome.latency_s),
                 best.outcome.latency_s)
 
+    def run_transfer(self, corpus: Any) -> None:
+        """Times ``config.transfer`` scripts carried over from ``corpus`` (what the budget
+        leaves, at most): the first round, "corpus"."""
+        from training.optimize.transfer import transferred
+
+        n = int(min(self.config.transfer, self.account.left()))
+        if n < 1:
+            self.stopped = "budget"
+            return
+        spec = str(getattr(self.workload, "spec", self.workload))
+        carried = transferred(spec, corpus, self.target, workload=self.workload, limit=n)
+        texts = [_canonical(t.script) for t in carried]
+        new = [t for t in dict.fromkeys(texts) if t not in self.seen]
+        outcomes = self.evaluator.evaluate(self.workload, new) if new else []
+        for text, outcome in zip(new, outcomes, strict=True):
+            self.seen[text] = Candidate(text, outcome, 0, "corpus")
+        self.account.spend(len(new))
+        self._learn(new, outcomes)
+        latencies = [o.latency_s for o in outcomes if o.ok]
+        best = self.best()
+        self.rounds.append(Round(0, "corpus", None, len(carried), len(new), len(latencies),
+                                 min(latencies) if latencies else None,
+                                 best.outcome.latency_s if best else None))
+
     def run(self, progress: bool, label: str = "") -> None:
         from tqdm.auto import tqdm
 
         from training.sampling.schedule_aware import sample_schedule_aware
 
         total = self.config.k * (self.config.rounds + 1)
+        offset = len(self.rounds)  # after the corpus round, when there was one
         with tqdm(total=total, unit="script", desc=label or "optimize", disable=not progress,
                   dynamic_ncols=True) as bar:
             for index in range(self.config.rounds + 1):
@@ -413,14 +454,14 @@ class _Search:
                 bar.set_description(f"{label}round {index}: measuring {len(new)}")
                 outcomes = self.evaluator.evaluate(self.workload, new) if new else []
                 for text, outcome in zip(new, outcomes, strict=True):
-                    self.seen[text] = Candidate(text, outcome, index)
+                    self.seen[text] = Candidate(text, outcome, offset + index)
                 self.account.spend(len(new))
                 self._learn(new, outcomes)
                 mine = [self.seen[t] for t in texts if t in self.seen]
                 latencies = [c.latency_s for c in mine if c.latency_s is not None]
                 best = self.best()
                 self.rounds.append(Round(
-                    index, kind, prompt_latency, len(samples), len(new), len(latencies),
+                    offset + index, kind, prompt_latency, len(samples), len(new), len(latencies),
                     min(latencies) if latencies else None,
                     best.outcome.latency_s if best else None))
                 bar.update(len(samples))

@@ -163,14 +163,14 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
                    model_config: ModelOptimizeConfig | None = None,
                    sampling: SamplingConfig | None = None, measure: MeasureConfig | None = None,
                    progress: bool = False, say=None, loader=None,
-                   cost_model: Any = None) -> ModelResult:
+                   cost_model: Any = None, corpus: Any = None) -> ModelResult:
     """Optimize every task of ``mod`` (``tasks``: ``codegen.workloads.models.ModelTask``s) on
     ``evaluator``'s target and measure the model end to end (see the module's docstring).
     ``config.budget`` is the budget of the whole model.  ``model`` and ``tokenizer`` may be
     None with ``loader``, a function that returns both, called once the starts are measured
     (loading a model takes seconds a usage error should not wait for).  ``say(text)`` hears
     each step.  ``cost_model`` ranks samples and the searches of every task (``optimize``), and
-    learns from all of them."""
+    learns from all of them; ``corpus`` is where ``config.transfer`` scripts come from."""
     from codegen.model_build import measure_models
     from codegen.search.database import DatabaseRecord
 
@@ -200,7 +200,7 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
         result = optimize(model, tokenizer, task.workload,
                           config=replace(config, budget=budget), sampling=sampling,
                           evaluator=evaluator, start=start, progress=progress,
-                          cost_model=cost_model,
+                          cost_model=cost_model, corpus=corpus,
                           label=f"task {i + 1}/{len(tasks)} {task.name}: ")
         results.append(TaskResult(task.spec, task.name, task.weight, budget, result))
     records = []
