@@ -189,12 +189,20 @@ def test_the_budget_bounds_the_search(samples_all, monkeypatch):
      "--width 8: no cost model to rank the samples (--cost-model none)"),
     (["--cost-model", "{missing}"], "--cost-model {missing}: "),
     (["--cost-model", "{garbage}"], "--cost-model {garbage}: "),
+    (["--transfer", "2", "--corpus", "none"],
+     "--transfer 2: no corpus to carry scripts over from (--corpus none)"),
+    (["--transfer", "2", "--corpus", "{empty}"], "--corpus {empty}: no records"),
+    (["--transfer", "2", "--corpus", "{damaged}"], "--corpus {damaged}: "),
 ])
-def test_a_cost_model_that_cannot_rank_is_refused_before_any_work(dragon_cmd, tmp_path, flags,
-                                                                   needle):
+def test_a_cost_model_or_corpus_that_cannot_serve_is_refused_before_any_work(
+        dragon_cmd, tmp_path, flags, needle):
     garbage = tmp_path / "garbage.tar"
     garbage.write_bytes(b"not a tar file")
-    names = {"missing": str(tmp_path / "nothing.tar"), "garbage": str(garbage)}
+    damaged = tmp_path / "damaged"
+    (damaged / "tasks").mkdir(parents=True)
+    (damaged / "tasks" / "t.json").write_text("{not json")
+    names = {"missing": str(tmp_path / "nothing.tar"), "garbage": str(garbage),
+             "empty": str(tmp_path), "damaged": str(damaged)}
     flags = [f.format(**names) for f in flags]
     out = tmp_path / "best.dragon"
     done = dragon_cmd(["optimize", SPEC, "--out", str(out), "-q", *flags])
