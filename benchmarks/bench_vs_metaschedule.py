@@ -88,15 +88,20 @@ class Recorded:
         return self.best.get(n), None
 
 
-def trained_specs() -> set[str]:
-    """Every workload a kept or shipped training run searched (the corpus' records)."""
+def kept_records() -> list:
+    """Every record of the kept corpora (corpus/*: a training run's searches)."""
     from training.datagen.records import RecordStore
 
-    specs = set()
-    for folder in (ROOT / "corpus").glob("*"):
+    records = []
+    for folder in sorted((ROOT / "corpus").glob("*")):
         if (folder / "records").is_dir() or (folder / "shards").is_dir():
-            specs |= {r.workload for r in RecordStore(str(folder)).all_records()}
-    return specs
+            records += RecordStore(str(folder)).all_records()
+    return records
+
+
+def trained_specs() -> set[str]:
+    """Every workload a kept or shipped training run searched (the corpus' records)."""
+    return {r.workload for r in kept_records()}
 
 
 def metaschedule(spec: str, trials: int, seed: int) -> Side:
@@ -130,10 +135,12 @@ def metaschedule(spec: str, trials: int, seed: int) -> Side:
 
 
 def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path: str | None,
-           evaluator, share: float, width: int, ablate: str | None = None) -> Side:
-    """``optimize``: round(share x trials) kernels from the model's rounds (two rounds, the
-    second refining the first's best, when there are at least 4), the rest from the seeded
-    search; the candidates in the order timed.  ``ablate`` turns one part off: "ranking" (no
+           evaluator, share: float, width: int, ablate: str | None = None, transfer: int = 0,
+           corpus: list | None = None) -> Side:
+    """``optimize``: ``transfer`` kernels carried over from ``corpus`` first (at most half the
+    budget), then round(share x the rest) from the model's rounds (two rounds, the second
+    refining the best so far, when there are at least 4), the rest from the seeded search; the
+    candidates in the order timed.  ``ablate`` turns one part off: "ranking" (no
     cost model that has seen search: no ranking of samples, and the search's XGBoost starts
     untrained, as MetaSchedule's), "seeding" (the search starts from random samples, not from
     the model's scripts) or "model" (the model's rounds cut to one sample)."""
@@ -146,16 +153,18 @@ def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path:
         from codegen.search.cost_model import CostModel
 
         cost_model = CostModel.load(cost_model_path)
-    from_model = 1 if ablate == "model" else max(1, round(share * trials))
+    carried = min(transfer, trials // 2) if corpus is not None else 0
+    rest = trials - carried
+    from_model = 1 if ablate == "model" else max(1, round(share * rest))
     rounds = 1 if from_model >= 4 else 0
     k = from_model // (rounds + 1)
-    config = OptimizeConfig(k=k, rounds=rounds, search=trials - k * (rounds + 1),
+    config = OptimizeConfig(k=k, rounds=rounds, search=rest - k * (rounds + 1),
                             width=max(k, width) if cost_model is not None else None,
-                            seed_search=ablate != "seeding")
+                            seed_search=ablate != "seeding", transfer=carried)
     started = time.perf_counter()
     result = optimize(model, tokenizer, workload(spec), config=config,
                       sampling=SamplingConfig(seed=seed), evaluator=evaluator,
-                      cost_model=cost_model)
+                      cost_model=cost_model, corpus=corpus if carried else None)
     seconds = time.perf_counter() - started
     timed = [(c.script, c.latency_s) for c in result.candidates if c.source != "given"]
     return Side("dragon", timed, seconds,
@@ -210,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="The share of each budget timed from the model's rounds.")
     p.add_argument("--width", type=int, default=32,
                    help="Samples per model round for the cost model to rank.")
+    p.add_argument("--transfer", type=int, default=0,
+                   help="Kernels carried over from the kept corpus (the nearest workloads of "
+                        "the family, refitted) timed first, at most half each budget.")
     p.add_argument("--retimes", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ablate", choices=["ranking", "seeding", "model"], default=None,
@@ -241,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(missing: {', '.join(missing) or 'none'})", file=sys.stderr)
             return 2
     model, tokenizer = load_model(args.model or str(default_model_dir()))
+    corpus = kept_records() if args.transfer else None
     top = max(args.budgets)
     rows, report = [], {"target": TARGET, "budgets": args.budgets, "args": vars(args),
                         "workloads": []}
@@ -253,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                 theirs = metaschedule(spec, top, args.seed)
             print(f"{spec}: dragon {top} ...", flush=True)
             ours = dragon(spec, top, args.seed, model, tokenizer, cost_model, ev,
-                          args.model_share, args.width, args.ablate)
+                          args.model_share, args.width, args.ablate, args.transfer, corpus)
             runs = {"metaschedule": {top: theirs}, "dragon": {top: ours}}
             if args.separate and args.separate < top:
                 runs["metaschedule"][args.separate] = \
@@ -261,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                     if earlier is not None else metaschedule(spec, args.separate, args.seed)
                 runs["dragon"][args.separate] = dragon(
                     spec, args.separate, args.seed, model, tokenizer, cost_model, ev,
-                    args.model_share, args.width, args.ablate)
+                    args.model_share, args.width, args.ablate, args.transfer, corpus)
             entry = {"workload": spec, "curves": []}
             for n in args.budgets:
                 scripts = {"dragon": ours.best_of_first(n)[0],
