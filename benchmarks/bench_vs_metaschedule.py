@@ -169,6 +169,7 @@ def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path:
     timed = [(c.script, c.latency_s) for c in result.candidates if c.source != "given"]
     return Side("dragon", timed, seconds,
                 {"sources": [c.source for c in result.candidates],
+                 "latencies_s": [c.latency_s for c in result.candidates],
                  "spent": result.spent, "config": vars(config)})
 
 
