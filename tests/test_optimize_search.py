@@ -247,3 +247,18 @@ def transfer_corpus():
     from pathlib import Path
 
     return Path(__file__).resolve().parent.parent / "corpus" / "llvm"
+
+
+def test_with_a_cost_model_width_scripts_are_carried_over_and_its_first_k_timed(samples_all):
+    from training.datagen.records import RecordStore
+    from training.optimize import transfer
+
+    records = list(RecordStore(str(transfer_corpus())).all_records())
+    ev = _Evaluator()
+    every = [t.script for t in transfer.transferred(SPEC, records, ev.target, limit=6)]
+    assert len(every) == 6
+    cost = _CostModel(lambda s: every.index(s) if s in every else -1)  # prefers the last ones
+    optimize(None, None, SPEC, config=OptimizeConfig(k=1, rounds=0, transfer=3, width=6),
+             evaluator=ev, start=_start(ev), corpus=records, cost_model=cost)
+    assert ev.timed[:3] == every[3:]
+    assert cost.updates[0] == (every[3:], [4.5e-3] * 3)       # and it learns from them

@@ -406,7 +406,8 @@ class _Search:
 
     def run_transfer(self, corpus: Any) -> None:
         """Times ``config.transfer`` scripts carried over from ``corpus`` (what the budget
-        leaves, at most): the first round, "corpus"."""
+        leaves, at most): the first round, "corpus".  With a cost model, ``config.width`` are
+        carried over and the ones it ranks first are timed."""
         from training.optimize.transfer import transferred
 
         n = int(min(self.config.transfer, self.account.left()))
@@ -414,9 +415,10 @@ class _Search:
             self.stopped = "budget"
             return
         spec = str(getattr(self.workload, "spec", self.workload))
-        carried = transferred(spec, corpus, self.target, workload=self.workload, limit=n)
+        width = max(n, self.config.width or n) if self.cost_model is not None else n
+        carried = transferred(spec, corpus, self.target, workload=self.workload, limit=width)
         texts = [_canonical(t.script) for t in carried]
-        new = [t for t in dict.fromkeys(texts) if t not in self.seen]
+        new = self._ranked([t for t in dict.fromkeys(texts) if t not in self.seen], n)
         outcomes = self.evaluator.evaluate(self.workload, new) if new else []
         for text, outcome in zip(new, outcomes, strict=True):
             self.seen[text] = Candidate(text, outcome, 0, "corpus")
