@@ -134,3 +134,55 @@ def test_a_seed_proposed_again_is_answered_from_its_record_not_timed(llvm2_evalu
     assert not {s for s, _ in first} & set(timed)
     assert len(again) == len(timed) == 8
     assert answered, "the search proposed no seed again: this test proves nothing"
+
+
+def test_a_seed_that_would_crash_metaschedule_s_mutators_stays_out_of_its_database(
+        datagen_dir, llvm2_evaluator, tmp_path):
+    """A script may put MetaSchedule's parallel annotation on a loop; MetaSchedule never does,
+    and its MutateParallel crashes the whole search on such a trace (seen in a benchmark run:
+    "Cannot treat type LoopRV as SBlockRV").  Planted in a real record of the session's
+    search, such a seed is taught and remembered but never committed, and the search runs."""
+    import re
+
+    from tvm.s_tir import meta_schedule as ms
+
+    import dragon_dsl
+    from codegen.search import tune
+    from codegen.targets import as_module, default_rules, postproc_set, schedule_rules
+    from training.datagen.records import RecordStore
+
+    wl = workload(SPEC)
+    good = next(r for r in RecordStore(str(datagen_dir)).all_records()
+                if r.workload == SPEC and r.correct and "annotate root parallel=" in r.script)
+    planted = re.sub(r"annotate root parallel=(\d+)", r"annotate i0 parallel=\1", good.script)
+    assert planted != good.script and "-> i0" in planted
+    [timed] = llvm2_evaluator.evaluate(wl, [planted])
+    assert timed.ok                                        # a correct kernel, for us
+    # The hazard, shown with MetaSchedule's own mutator: it raises on every try.
+    tgt = llvm2_evaluator.target
+    pp = postproc_set(default_rules(tgt))
+    ctx = ms.TuneContext(mod=as_module(wl), target=tgt, task_name="main", num_threads=1,
+                         space_generator=ms.space_generator.PostOrderApply(
+                             sch_rules=schedule_rules(default_rules(tgt)), postprocs=pp,
+                             mutator_probs=pp),
+                         search_strategy=ms.search_strategy.EvolutionarySearch())
+    trace = dragon_dsl.to_schedule(planted, workload=wl, target=tgt).trace
+    [parallel] = [m for m in ctx.space_generator.mutator_probs
+                  if type(m).__name__ == "MutateParallel"]
+    with pytest.raises(Exception, match="LoopRV"):
+        parallel.apply(trace)
+    assert tune._unsearchable(ctx, trace)                 # says why
+    good_trace = dragon_dsl.to_schedule(good.script, workload=wl, target=tgt).trace
+    assert tune._unsearchable(ctx, good_trace) is None
+    # The search runs with it (seeds 0 to 2: MetaSchedule crashed on one of three before).
+    for seed in range(3):
+        work = tmp_path / str(seed)
+        work.mkdir()
+        rounds = list(search(wl, tgt, llvm2_evaluator,
+                             SearchConfig(trials=16, per_round=16, population=64, seed=seed),
+                             work_dir=str(work),
+                             seeds=[(planted, timed), (good.script, timed)]))
+        found = [s for r in rounds for s in r.scripts]
+        assert len(found) == 16 and planted not in found and good.script not in found
+        db = ms.database.JSONDatabase(work_dir=str(work), module_equality="structural")
+        assert len(db) == 1 + 16                           # the good seed and the search's

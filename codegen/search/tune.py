@@ -22,6 +22,7 @@ already seen search (``codegen.search.cost_model``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from ..measure.outcomes import Outcome, Status
 from ..targets import as_module, as_target, default_rules, postproc_set, schedule_rules
 
 __all__ = ["FAILED_RUN_SECS", "Round", "SearchConfig", "cost_model_name", "search"]
+
+_log = logging.getLogger(__name__)
 
 # MetaSchedule's latency for a candidate that did not run (AddToDatabase's kMaxMeanTime).
 FAILED_RUN_SECS = 1e10
@@ -128,11 +131,47 @@ class _Measured:
         return None
 
 
+# Mutations tried on each seed before the search may take it (MetaSchedule's mutators pick
+# what they change at random).
+_MUTATION_TRIES = 8
+_PARALLEL_KEY = "meta_schedule.parallel"
+
+
+def _unsearchable(ctx, trace) -> str | None:
+    """Why MetaSchedule's evolutionary search cannot take ``trace`` as a seed, None when it
+    can.  Its search replays a database record with its postprocessors (a failure is fatal:
+    "Cannot postprocess the trace") and its mutators assume the shapes of the traces its own
+    rules write: ``MutateParallel`` takes the block of a ``meta_schedule.parallel`` annotation
+    to be one fetched by ``GetSBlock`` and crashes the search otherwise.  A script may annotate
+    a loop, or a block a cache made, with that key; MetaSchedule never does."""
+    from tvm.s_tir.schedule import Schedule
+
+    fetched = [out for inst in trace.insts if inst.kind.name == "GetSBlock"
+                   for out in inst.outputs]
+    for inst in trace.insts:
+        if inst.kind.name == "Annotate" and list(inst.attrs) == [_PARALLEL_KEY] and not any(
+                inst.inputs[0].same_as(rv) for rv in fetched):
+            return f"its {_PARALLEL_KEY} annotation is not on a block fetched by name"
+    try:
+        sch = Schedule(ctx.mod)
+        trace.apply_to_schedule(sch, remove_postproc=True)
+        for postproc in ctx.space_generator.postprocs:
+            if not postproc.apply(sch):
+                return f"{type(postproc).__name__} refuses it"
+        for mutator in ctx.space_generator.mutator_probs:
+            for _ in range(_MUTATION_TRIES):
+                mutator.apply(trace)
+    except Exception as exc:  # noqa: BLE001  TVM raises what its checks raise
+        return f"{str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else exc!r}"
+    return None
+
+
 def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
           seeds: Sequence[tuple[str, Outcome]], measured: _Measured) -> int:
     """Commits the measured ``seeds`` to ``database``, teaches ``cost_model`` their results and
-    adds them to ``measured``; returns how many could be replayed (a script the workload refuses
-    is skipped)."""
+    adds them to ``measured``; returns how many it replayed.  A script the workload
+    refuses is skipped; one the search could not take (``_unsearchable``) is taught and
+    remembered, not committed, so that the search never starts from it."""
     from tvm.s_tir import meta_schedule as ms
 
     import dragon_dsl
@@ -145,9 +184,13 @@ def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
         except DragonError:
             continue
         result = _runner_result(outcome)
-        secs = result.run_secs if result.run_secs is not None else [FAILED_RUN_SECS]
-        database.commit_tuning_record(ms.database.TuningRecord(
-            sch.trace, entry, [float(s) for s in secs], tgt, args_info))
+        why = _unsearchable(ctx, sch.trace)
+        if why is None:
+            secs = result.run_secs if result.run_secs is not None else [FAILED_RUN_SECS]
+            database.commit_tuning_record(ms.database.TuningRecord(
+                sch.trace, entry, [float(s) for s in secs], tgt, args_info))
+        else:
+            _log.info("a seed is kept out of the search's database: %s", why)
         candidates.append(ms.MeasureCandidate(sch, args_info))
         results.append(result)
         measured.add(sch.mod, result)
