@@ -15,6 +15,7 @@ from codegen.workloads import workload
 from dragon_dsl.live import LiveSchedule, apply_script
 from training.grammars.constraints import (
     annotation_keys,
+    annotation_targets,
     annotation_values,
     categorical_lists,
     expand_ranges,
@@ -57,12 +58,33 @@ def walk(spec: str, target: str, rules: str, n: int) -> int:
             lark = statement_grammar(live, postproc_set=postproc_set(rules),
                                      categorical=categorical_lists(wl, target, rules) or (),
                                      annotations=annotation_keys(wl, target, rules) or (),
-                                     annotation_values=annotation_values(wl, target, rules))
+                                     annotation_values=annotation_values(wl, target, rules),
+                                     annotation_targets=annotation_targets(wl, target, rules))
             assert admits(lark, line + "\n"), f"{spec} {rules}: refused {line!r}\n{script}"
             live.step(line)
             walked += 1
         assert live.postproc_set == postproc_set(rules)
     return walked
+
+
+def test_an_annotation_goes_only_on_what_metaschedule_puts_it_on():
+    """MetaSchedule annotates blocks with parallel, vectorize and unroll (its postprocessor
+    reads them there; on a loop they change nothing, and its MutateParallel crashes a search
+    seeded with such a script): the grammar admits them on blocks, not on loops."""
+    wl = workload("matmul(m=128,n=128,k=128)")
+    live = LiveSchedule(wl, "llvm")
+    for line in ['block "C" -> C', 'block "root" -> root', "loops C -> i, j, k"]:
+        live.step(line)
+    targets = annotation_targets(wl, "llvm", "llvm")
+    assert targets["parallel"] == targets["vectorize"] == ("block",)
+    values = annotation_values(wl, "llvm", "llvm")
+    kwargs = dict(postproc_set="llvm", annotations=annotation_keys(wl, "llvm", "llvm"),
+                  annotation_values=values)
+    parallel = values["parallel"][0]
+    narrowed = statement_grammar(live, **kwargs, annotation_targets=targets)
+    assert admits(narrowed, f"annotate root parallel={parallel}\n")
+    assert not admits(narrowed, f"annotate i parallel={parallel}\n")
+    assert admits(statement_grammar(live, **kwargs), f"annotate i parallel={parallel}\n")
 
 
 @pytest.mark.parametrize("spec,target,rules", CASES)

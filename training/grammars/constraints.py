@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from codegen.targets import TargetLike
     from codegen.workloads.workload import WorkloadLike
 
-__all__ = ["MAX_FACTORS", "annotation_keys", "annotation_values", "categorical_lists",
+__all__ = ["MAX_FACTORS", "annotation_keys", "annotation_targets", "annotation_values",
+           "categorical_lists",
            "expand_ranges", "kernel_loops", "sampling_grammar", "with_end_marker",
            "workload_grammar"]
 
@@ -123,6 +124,34 @@ def annotation_values(workload: WorkloadLike, target: TargetLike = "llvm",
                 text = "var"
             values.setdefault(annotation_key_text(str(inst.attrs[0])), []).append(text)
     return {k: tuple(dict.fromkeys(v)) for k, v in values.items()}
+
+
+def annotation_targets(workload: WorkloadLike, target: TargetLike = "llvm",
+                       rules: str | None = None) -> dict[str, tuple[str, ...]] | None:
+    """For each annotation key MetaSchedule's rules write for ``workload`` on ``target``, what
+    they annotate with it: ``"block"``, ``"loop"`` or both, read from the design spaces'
+    ``Annotate`` instructions.  Schedule-aware sampling annotates only these: a
+    ``meta_schedule.parallel`` on a loop changes nothing (the postprocessor reads it on blocks)
+    and crashes MetaSchedule's ``MutateParallel`` when the script seeds a search.  None when no
+    design space can be generated.
+
+    >>> from codegen.workloads import workload
+    >>> annotation_targets(workload("matmul(m=16,n=16,k=16)"))["parallel"]
+    ('block',)
+    """
+    from tvm.s_tir.schedule import LoopRV
+
+    try:
+        space = search_space(workload.mod, target, rules or default_rules(target))
+    except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
+        return None
+    found: dict[str, list[str]] = {}
+    for design in space.spaces:
+        for inst in design.trace.insts:
+            if inst.kind.name in ("Annotate", "Unannotate"):
+                kind = "loop" if isinstance(inst.inputs[0], LoopRV) else "block"
+                found.setdefault(annotation_key_text(str(inst.attrs[0])), []).append(kind)
+    return {k: tuple(sorted(set(v))) for k, v in found.items()}
 
 
 def annotation_keys(workload: WorkloadLike, target: TargetLike = "llvm",

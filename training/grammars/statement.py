@@ -100,10 +100,22 @@ def _names(names: Sequence[str]) -> str:
     return _lit(", ".join(names))
 
 
+def _annotated(key: str, targets: dict[str, Sequence[str]] | None, bref: str | None,
+               lref: str | None, anyref: str) -> str | None:
+    """The names ``annotate`` may put ``key`` on: blocks, loops, or either."""
+    kinds = set((targets or {}).get(key, ("block", "loop")))
+    if kinds == {"block"}:
+        return bref
+    if kinds == {"loop"}:
+        return lref
+    return anyref
+
+
 def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                       categorical: Sequence[Sequence[int]] = (),
                       annotations: Sequence[str] = (),
-                      annotation_values: dict[str, Sequence[str]] | None = None) -> str:
+                      annotation_values: dict[str, Sequence[str]] | None = None,
+                      annotation_targets: dict[str, Sequence[str]] | None = None) -> str:
     """One statement line (ending with ``\\n``) that may come next in ``live``'s script
     (a live schedule, or a ``LiveView`` of one held in another process).
 
@@ -113,6 +125,8 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     ``annotations``: the keys ``annotate`` may write (``constraints.annotation_keys``);
     empty: any key.  ``annotation_values``: per key, the values it may take
     (``training.grammars.constraints.annotation_values``; ``var`` is any variable in scope).
+    ``annotation_targets``: per key, what it may annotate, ``"block"`` and/or ``"loop"``
+    (``constraints.annotation_targets``); a key not there may annotate either.
     """
     if live.postproc_set is not None:
         return 'start: ""'  # the script is complete: nothing may follow
@@ -186,8 +200,9 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                 options = [_lit(t) for t in texts if t != "var"]
                 if "var" in texts and vref:
                     options.append(vref)
-                if options:
-                    r.stmt(f'"annotate " {anyref} {_lit(" " + k + "=")} {_alts(options)}')
+                on = _annotated(k, annotation_targets, bref, lref, anyref)
+                if options and on:
+                    r.stmt(f'"annotate " {on} {_lit(" " + k + "=")} {_alts(options)}')
         else:
             r.stmt(f'"annotate " {anyref} " " {key} "=" {value}')
         r.stmt(f'"unannotate " {anyref} " " {key}')

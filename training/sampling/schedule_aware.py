@@ -185,13 +185,15 @@ class _Decoder:
     def __init__(self, model, tokenizer, workloads: Sequence[Any], target: Any, *,
                  postproc_set: str, categorical: Sequence[Sequence[Sequence[int]]],
                  annotations: Sequence[Sequence[str]], values: Sequence[dict | None],
-                 sampling: SamplingConfig, eos: list[int], config: ScheduleAwareConfig) -> None:
+                 targets: Sequence[dict | None] | None = None, sampling: SamplingConfig,
+                 eos: list[int], config: ScheduleAwareConfig) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.workloads, self.target = workloads, target
         self.postproc_set = postproc_set
         self.categorical = categorical
         self.annotations = annotations
         self.values = values
+        self.targets = targets or [None] * len(workloads)
         self.temperature, self.top_p = sampling.temperature, sampling.top_p
         self.max_new_tokens, self.stop = sampling.max_new_tokens, sampling.stop
         self.eos = eos
@@ -244,7 +246,8 @@ class _Decoder:
             lark = statement_grammar(row.live, postproc_set=self.postproc_set,
                                      categorical=self.categorical[row_index],
                                      annotations=self.annotations[row_index],
-                                     annotation_values=self.values[row_index])
+                                     annotation_values=self.values[row_index],
+                                     annotation_targets=self.targets[row_index])
         except Exception as exc:  # noqa: BLE001  a query TVM refuses: narrow nothing this time
             row.error = f"narrowing the next statement failed: {exc}"
             lark = 'start: /[^\n]*/ "\n"'
@@ -512,7 +515,12 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     """
     from codegen.targets import default_rules
     from codegen.targets import postproc_set as target_postproc_set
-    from training.grammars.constraints import annotation_keys, annotation_values, categorical_lists
+    from training.grammars.constraints import (
+        annotation_keys,
+        annotation_targets,
+        annotation_values,
+        categorical_lists,
+    )
 
     if len(prompts) != len(workloads):
         raise ValueError(f"Expected one workload per prompt but got {len(prompts)} prompts and "
@@ -523,12 +531,13 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
         categorical = [categorical_lists(w, target, rules) or () for w in workloads]
     annotations = [annotation_keys(w, target, rules) or () for w in workloads]
     values = [annotation_values(w, target, rules) for w in workloads]
+    targets = [annotation_targets(w, target, rules) for w in workloads]
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     decoder = _Decoder(model, tokenizer, workloads, target, postproc_set=postproc_set,
                        categorical=categorical, annotations=annotations, values=values,
-                       sampling=sampling or SamplingConfig(), eos=eos,
+                       targets=targets, sampling=sampling or SamplingConfig(), eos=eos,
                        config=config or ScheduleAwareConfig())
     with torch.no_grad():
         results = decoder.run(list(prompts), list(range(len(prompts))))
