@@ -262,9 +262,17 @@ def to_schedule(text: str | bytes | Program, *, workload: Any, target: Any = "ll
     sch = apply_insts(decoded.insts, trace, workload, program.source)
     if decoded.postproc_set is None:
         return sch
-    full = regenerate_postproc(trace, workload, target, decoded.postproc_set)
-    sch = Schedule(as_module(workload))
-    full.apply_to_schedule(sch, remove_postproc=False)
+    try:
+        full = regenerate_postproc(trace, workload, target, decoded.postproc_set)
+        sch = Schedule(as_module(workload))
+        full.apply_to_schedule(sch, remove_postproc=False)
+    except DragonError:
+        raise
+    except Exception as exc:  # noqa: BLE001  TVM's replay raises what its checks raise
+        lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+        raise DragonError(f"the script applied, but its trace does not replay with "
+                          f"postprocessing as MetaSchedule replays a record: "
+                          f"{lines[-1] if lines else type(exc).__name__}") from None
     return sch
 
 

@@ -7,6 +7,7 @@ import json
 import os
 
 import pytest
+import tvm
 import tvm_ffi
 from hypothesis import given, settings
 from tvm.s_tir.schedule import Schedule
@@ -160,3 +161,20 @@ def test_every_workload_family_is_searchable():
     missing = [s for s in WORKLOADS if space_or_none(s, "llvm", "llvm") is None]
     assert not missing
     assert {spec for spec, _, _ in PAIRS} == set(WORKLOADS)
+
+
+def test_a_trace_that_does_not_replay_with_postprocessing_is_a_dragon_error(monkeypatch):
+    """``to_schedule`` keeps its contract (DragonError, never TVM's own) when the replay with
+    postprocessing fails: a model's script once applied, then failed there with TVM's
+    InternalError (old_outputs.size() == new_outputs.size()) and ended a search."""
+    import dragon_dsl.replay as replay
+    from dragon_dsl.errors import DragonError
+
+    def broken(*args, **kwargs):
+        raise tvm.error.InternalError("Check failed: old_outputs.size() == new_outputs.size() "
+                                      "(2 vs. 6) :")
+
+    monkeypatch.setattr(replay, "regenerate_postproc", broken)
+    wl = workload("matmul(m=16,n=16,k=16)")
+    with pytest.raises(DragonError, match=r"does not replay .*2 vs\. 6"):
+        dragon_dsl.to_schedule('block "C" -> C\npostproc auto llvm\n', workload=wl)

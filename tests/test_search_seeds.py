@@ -174,6 +174,15 @@ def test_a_seed_that_would_crash_metaschedule_s_mutators_stays_out_of_its_databa
     assert tune._unsearchable(ctx, trace)                 # says why
     good_trace = dragon_dsl.to_schedule(good.script, workload=wl, target=tgt).trace
     assert tune._unsearchable(ctx, good_trace) is None
+    # With the design spaces' shapes, a script MetaSchedule's rules would not write (here its
+    # vectorize annotation left out) is refused too; MetaSchedule's own record is not.
+    shapes = {tune._shape(space.trace) for space in ctx.generate_design_space()}
+    assert tune._unsearchable(ctx, good_trace, shapes) is None
+    trimmed = re.sub(r"annotate root vectorize=\d+\n", "", good.script)
+    assert trimmed != good.script
+    trimmed_trace = dragon_dsl.to_schedule(trimmed, workload=wl, target=tgt).trace
+    assert tune._unsearchable(ctx, trimmed_trace) is None           # its mutators cope...
+    assert "design space" in tune._unsearchable(ctx, trimmed_trace, shapes)  # ...not its rules
     # The search runs with it (seeds 0 to 2: MetaSchedule crashed on one of three before).
     for seed in range(3):
         work = tmp_path / str(seed)

@@ -137,14 +137,29 @@ _MUTATION_TRIES = 8
 _PARALLEL_KEY = "meta_schedule.parallel"
 
 
-def _unsearchable(ctx, trace) -> str | None:
+def _shape(trace) -> tuple:
+    """A trace's instructions before postprocessing, without their decisions: each kind, its
+    attributes and the kinds of its inputs (a block, a loop, a number ...)."""
+    return tuple((inst.kind.name, tuple(str(a) for a in inst.attrs),
+                  tuple(type(x).__name__ for x in inst.inputs))
+                 for inst in trace.simplified(remove_postproc=True).insts)
+
+
+def _unsearchable(ctx, trace, spaces: Sequence[tuple] | None = None) -> str | None:
     """Why MetaSchedule's evolutionary search cannot take ``trace`` as a seed, None when it
     can.  Its search replays a database record with its postprocessors (a failure is fatal:
     "Cannot postprocess the trace") and its mutators assume the shapes of the traces its own
     rules write: ``MutateParallel`` takes the block of a ``meta_schedule.parallel`` annotation
     to be one fetched by ``GetSBlock`` and crashes the search otherwise.  A script may annotate
-    a loop, or a block a cache made, with that key; MetaSchedule never does."""
+    a loop, or a block a cache made, with that key; MetaSchedule never does.  Other traces its
+    rules would not write crash its mutators too (a compute location mutated under a
+    ``meta_schedule.random_compute_producer`` the trace had removed), so with ``spaces`` (the
+    ``_shape`` of each design space) a seed must have the shape of one: the same instructions,
+    decisions aside, as MetaSchedule's own records."""
     from tvm.s_tir.schedule import Schedule
+
+    if spaces is not None and _shape(trace) not in spaces:
+        return "its instructions are not those of a design space of MetaSchedule's rules"
 
     fetched = [out for inst in trace.insts if inst.kind.name == "GetSBlock"
                    for out in inst.outputs]
@@ -167,7 +182,8 @@ def _unsearchable(ctx, trace) -> str | None:
 
 
 def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
-          seeds: Sequence[tuple[str, Outcome]], measured: _Measured) -> int:
+          seeds: Sequence[tuple[str, Outcome]], measured: _Measured,
+          spaces: Sequence[tuple] | None = None) -> int:
     """Commits the measured ``seeds`` to ``database``, teaches ``cost_model`` their results and
     adds them to ``measured``; returns how many it replayed.  A script the workload
     refuses is skipped; one the search could not take (``_unsearchable``) is taught and
@@ -183,8 +199,11 @@ def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
             sch = dragon_dsl.to_schedule(script, workload=workload, target=tgt)
         except DragonError:
             continue
+        except Exception as exc:  # noqa: BLE001  a seed never ends the search
+            _log.info("a seed does not replay: %s", str(exc).strip().splitlines()[-1:])
+            continue
         result = _runner_result(outcome)
-        why = _unsearchable(ctx, sch.trace)
+        why = _unsearchable(ctx, sch.trace, spaces)
         if why is None:
             secs = result.run_secs if result.run_secs is not None else [FAILED_RUN_SECS]
             database.commit_tuning_record(ms.database.TuningRecord(
@@ -242,10 +261,13 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
     entry = database.commit_workload(ctx.mod)
     args_info = ms.arg_info.ArgInfo.from_prim_func(ctx.mod["main"])
     known = _Measured()
+    design_spaces = ctx.generate_design_space()
+    shapes = {_shape(space.trace) for space in design_spaces}
     # MetaSchedule counts a seed it proposes again as a trial; each is proposed at most once.
-    replayed = _seed(ctx, database, entry, args_info, cost_model, workload, tgt, seeds, known)
+    replayed = _seed(ctx, database, entry, args_info, cost_model, workload, tgt, seeds, known,
+                     shapes)
     ctx.pre_tuning(max_trials=config.trials + replayed, num_trials_per_iter=config.per_round,
-                   design_spaces=ctx.generate_design_space(), database=database,
+                   design_spaces=design_spaces, database=database,
                    cost_model=cost_model)
     measured, index, empty = 0, 0, 0
     try:
