@@ -262,3 +262,24 @@ def test_with_a_cost_model_width_scripts_are_carried_over_and_its_first_k_timed(
              evaluator=ev, start=_start(ev), corpus=records, cost_model=cost)
     assert ev.timed[:3] == every[3:]
     assert cost.updates[0] == (every[3:], [4.5e-3] * 3)       # and it learns from them
+
+
+def test_a_search_that_fails_keeps_what_it_timed_and_says_why(samples_all, monkeypatch):
+    """MetaSchedule's search can raise (a design space its rules cannot generate, a trace its
+    mutators cannot take); what was timed before is kept and the winner is still found."""
+    import codegen.search.tune as tune
+
+    def failing(workload, target, evaluator, config, *, cost_model=None, seeds=()):
+        from codegen.search.tune import Round
+
+        yield Round(0, SCRIPTS[4:6], evaluator.evaluate(workload, SCRIPTS[4:6]), 0.0)
+        raise RuntimeError("InternalError: Check failed: producers.size() == 1 (0 vs. 1) :")
+
+    monkeypatch.setattr(tune, "search", failing)
+    ev = _Evaluator()
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=2, rounds=0, search=8),
+                      evaluator=ev, start=_start(ev))
+    assert result.stopped == "search failed: InternalError: Check failed: producers.size() " \
+                             "== 1 (0 vs. 1) :"
+    assert result.best.script == SCRIPTS[4] and result.best.source == "search"
+    assert result.winner == "best" and result.measurements == 2 + 2 + 2 + 3

@@ -97,6 +97,8 @@ def format_report(result, out: str | None) -> str:
              f"attempts) + {parts['retimed']} re-timed at the end")
     if result.stopped == "budget":
         spent += f"; the budget stopped the search after {len(result.rounds)} round(s)"
+    elif result.stopped.startswith("search failed"):
+        spent += f"; MetaSchedule's {result.stopped} (what it timed before is kept)"
     if not result.ok:
         why = "none of the sampled scripts was correct" if result.best is None else \
             f"the best script was not correct when re-timed: {result.final['best'].summary()}"

@@ -180,7 +180,8 @@ class OptimizeResult:
     best: Candidate | None           # the fastest correct candidate, by its first timing
     final: dict[str, Any]            # re-timed together: "best" and each available baseline
     measurements: int                # kernels handed to the evaluator, all counted
-    stopped: str                     # "rounds" (all ran) or "budget"
+    stopped: str                     # "rounds" (all ran), "budget", or "search failed: WHY"
+                                     # (MetaSchedule's search raised; what it timed is kept)
 
     @property
     def ok(self) -> bool:
@@ -504,22 +505,30 @@ class _Search:
         model = self.cost_model.model if self.cost_model is not None else None
         with tqdm(total=trials, unit="kernel", desc=f"{label}search", disable=not progress,
                   dynamic_ncols=True) as bar:
-            for found in search(self.workload, self.target, self.evaluator, config,
-                                cost_model=model, seeds=seeds):
-                timed = [(s, o) for s, o in zip(found.scripts, found.outcomes, strict=True)
-                         if s is not None and s not in self.seen]
-                for script, outcome in timed:
-                    self.seen[script] = Candidate(script, outcome, index, "search")
-                self.account.spend(len(found.outcomes))
-                latencies = [o.latency_s for _, o in timed if o.ok]
-                best = self.best()
-                self.rounds.append(Round(
-                    index, "search", best.outcome.latency_s if best else None,
-                    len(found.outcomes), len(found.outcomes), len(latencies),
-                    min(latencies) if latencies else None,
-                    best.outcome.latency_s if best else None))
-                bar.update(len(found.outcomes))
-                index += 1
+            try:
+                self._search_rounds(search(self.workload, self.target, self.evaluator, config,
+                                           cost_model=model, seeds=seeds), index, bar)
+            except Exception as exc:  # noqa: BLE001  MetaSchedule raises what its checks raise
+                lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+                self.stopped = f"search failed: {lines[-1] if lines else type(exc).__name__}"
+
+    def _search_rounds(self, rounds, index: int, bar) -> None:
+        """Keeps each round of the search as it comes (a failure later loses none of them)."""
+        for found in rounds:
+            timed = [(s, o) for s, o in zip(found.scripts, found.outcomes, strict=True)
+                     if s is not None and s not in self.seen]
+            for script, outcome in timed:
+                self.seen[script] = Candidate(script, outcome, index, "search")
+            self.account.spend(len(found.outcomes))
+            latencies = [o.latency_s for _, o in timed if o.ok]
+            best = self.best()
+            self.rounds.append(Round(
+                index, "search", best.outcome.latency_s if best else None,
+                len(found.outcomes), len(found.outcomes), len(latencies),
+                min(latencies) if latencies else None,
+                best.outcome.latency_s if best else None))
+            bar.update(len(found.outcomes))
+            index += 1
 
     def retime(self, timer) -> dict[str, Any]:
         """The best script and the baselines timed again, together; {} when nothing is
