@@ -283,3 +283,21 @@ def test_a_search_that_fails_keeps_what_it_timed_and_says_why(samples_all, monke
                              "== 1 (0 vs. 1) :"
     assert result.best.script == SCRIPTS[4] and result.best.source == "search"
     assert result.winner == "best" and result.measurements == 2 + 2 + 2 + 3
+
+
+def test_the_report_says_where_the_best_script_came_from(samples_all, monkeypatch):
+    import codegen.search.tune as tune
+    from training.cli.optimize import format_report
+    from training.datagen.records import RecordStore
+
+    ev = _Evaluator()
+    records = list(RecordStore(str(transfer_corpus())).all_records())
+    carried = optimize(None, None, SPEC, config=OptimizeConfig(k=2, transfer=3, budget=8),
+                       evaluator=ev, start=_start(ev), corpus=records)
+    assert carried.best.source == "corpus" and carried.stopped == "budget"
+    assert "best script (carried over from the corpus):" in format_report(carried, None)
+    monkeypatch.setattr(tune, "search", _Search(SCRIPTS[4:6]))
+    searched = optimize(None, None, SPEC, config=OptimizeConfig(k=1, rounds=0, search=2),
+                        evaluator=ev, start=_start(ev))
+    assert searched.best.source == "search"
+    assert "best script (MetaSchedule's search, round 1):" in format_report(searched, None)

@@ -104,8 +104,10 @@ def format_report(result, out: str | None) -> str:
             f"the best script was not correct when re-timed: {result.final['best'].summary()}"
         return "\n".join([*lines, "", f"no correct script: {why}", spent])
     best = result.best
-    origin = f"round {best.round}" if best.source == "sample" else \
-        "the given script: no sampled script was faster"
+    origin = {"sample": f"round {best.round}",
+              "search": f"MetaSchedule's search, round {best.round}",
+              "corpus": "carried over from the corpus"}.get(
+        best.source, "the given script: no sampled script was faster")
     lines += ["", f"best script ({origin}):", best.script.rstrip(), "",
               "re-timed together:"]
     rows = [["", "median", "best is"]]
