@@ -17,17 +17,20 @@ MLP = Path(__file__).parent / "data" / "relax_mlp.py"
 
 @pytest.mark.slow
 def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
-    code = main(["demo", "--kernel", SPEC, "--network", str(MLP), "-k", "2", "--rounds", "0",
-                 "--width", "4", "--cost-model", "auto", "--search", "3", "--network-k", "1",
+    code = main(["demo", "--kernel", SPEC, "--network", str(MLP), "--transfer", "2",
+                 "-k", "2", "--rounds", "0", "--width", "4", "--cost-model", "auto", "--search", "3", "--network-k", "1",
                  "--network-search", "1",
                  "--out", str(tmp_path), "--json", "-q"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     kernel = out["kernel"]
     assert kernel["trials"] == kernel["optimize"]["measurements"]
-    # the model's two kernels (ranked from 4 samples), then the search seeded with them
+    # two scripts carried over from the kept corpus, the model's two kernels (ranked from 4
+    # samples, refining the corpus' best), then the search seeded with them all
     sources = [c["source"] for c in kernel["optimize"]["candidates"]]
+    assert sources[:2] == ["corpus", "corpus"]
     assert sources.count("sample") == 2 and 1 <= sources.count("search") <= 3
+    assert [r["prompt"] for r in kernel["optimize"]["rounds"]][:2] == ["corpus", "refinement"]
     final = kernel["final"]
     assert set(final) >= {"dragon", "unscheduled", "default"}
     for name, outcome in final.items():
@@ -52,7 +55,8 @@ def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
     (["demo", "--kernel", "", "--out", "/no/such/dir"], "/no/such/dir"),
     (["demo", "--cost-model", "/no/such/cost.tar"], "/no/such/cost.tar"),
     (["demo", "--cost-model", "none", "--width", "32"], "--width 32: no cost model"),
-    (["demo", "--search", "-1"], "search >= 0"),
+    (["demo", "--search", "-1"], "search=-1"),
+    (["demo", "--transfer", "-1"], "transfer=-1"),
 ])
 def test_bad_usage_is_refused_before_any_work(capsys, argv, says):
     code = main(argv)

@@ -149,7 +149,8 @@ def test_optimize_prints_the_script_when_writing_fails_at_the_end(fake_optimize,
 
     made_class[0] = Wins
     out = tmp_path / "best.dragon"
-    code = main(["optimize", SLOW_SPEC, "-k", "1", "--rounds", "0", "-q", "--out", str(out)])
+    code = main(["optimize", SLOW_SPEC, "-k", "1", "--rounds", "0", "--transfer", "0", "-q",
+                 "--out", str(out)])
     captured = capsys.readouterr()
     assert SLOW_SCRIPT.strip() in captured.out  # the result is not lost
     line = _one_line(captured.err, str(out), "Permission denied")

@@ -301,3 +301,22 @@ def test_the_report_says_where_the_best_script_came_from(samples_all, monkeypatc
                         evaluator=ev, start=_start(ev))
     assert searched.best.source == "search"
     assert "best script (MetaSchedule's search, round 1):" in format_report(searched, None)
+
+
+@pytest.mark.parametrize("argv,kind,carried", [
+    ([SPEC], "llvm", 8),                                     # the kept corpus serves llvm
+    ([SPEC, "--corpus", "none"], "llvm", 0),
+    ([SPEC, "--target", "cuda"], "cuda", 0),                  # no kept corpus for cuda
+    (["model(name=bert,preset=tiny)"], "llvm", 0),            # a model's tasks: no family
+    ([SPEC, "--transfer", "3"], "llvm", 3),
+    ([SPEC, "--transfer", "0"], "llvm", 0),
+])
+def test_transfer_defaults_to_the_kept_corpus_where_it_serves_the_target(argv, kind, carried):
+    """``dragon optimize`` carries scripts over from the kept corpus unless told not to: the
+    configuration measured best against MetaSchedule (docs/vs-metaschedule)."""
+    from dragon_dsl.cli import build_parser
+    from training.cli.optimize import is_whole_model, transfer_count
+
+    args = build_parser().parse_args(["optimize", *argv])
+    whole = is_whole_model(args.workload)
+    assert transfer_count(args.transfer, args.corpus, kind, whole) == carried

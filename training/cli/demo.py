@@ -120,6 +120,12 @@ def cmd_demo(args) -> int:
         label, mod, tasks = load_whole_model(config.network)
     if args.out and not os.path.isdir(args.out):
         raise UsageError(f"--out {args.out}: not a directory")
+    corpus = None
+    if wl is not None and config.transfer:
+        from training.cli.optimize import cli_corpus, kept_corpus
+
+        corpus = cli_corpus("auto", "llvm", config.transfer) if kept_corpus("auto", "llvm") \
+            else None
     path = model_path(args.model)
     started = time.perf_counter()
     target = as_target("llvm")
@@ -128,10 +134,14 @@ def cmd_demo(args) -> int:
         model, tokenizer = load_model(path)
         if wl is not None:
             print(f"== 1. a layer: {wl.spec}", flush=True)
+            if config.transfer and corpus is None:
+                print("   no kept corpus (corpus/llvm) in this installation: nothing carried "
+                      "over", flush=True)
             showdown = compare_kernel(model, tokenizer, wl, ev, k=config.k, rounds=config.rounds,
                                       seed=config.seed, population=config.population,
                                       width=config.width, search=config.search,
-                                      cost_model=cost_model, progress=not args.quiet)
+                                      cost_model=cost_model, transfer=config.transfer,
+                                      corpus=corpus, progress=not args.quiet)
             rows.append(kernel_row(showdown))
             comparisons += kernel_comparisons(showdown)
             parts["kernel"] = showdown.as_dict()

@@ -20,6 +20,7 @@ script to refine that does not parse, apply or compute the right thing).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -50,6 +51,10 @@ from training.sampling.config import SamplingConfig
 
 __all__ = ["default_out", "format_report", "register"]
 
+# Scripts carried over from the kept corpus when --transfer is not given and a corpus serves the
+# target: measured (docs/vs-metaschedule, section 4), they lifted the best kernel after 8 timed
+# from 0.40x to 1.05x of MetaSchedule's, the model's own first kernels being the slowest.
+AUTO_TRANSFER = 8
 _SAMPLING = ("temperature", "top_p", "seed", "max_new_tokens", "batch_size")
 _WHOLE_MODEL = "only a whole model (model(...) without task=, or a Relax module file)"
 
@@ -163,6 +168,7 @@ def cmd_optimize(args) -> int:
         create(target)  # a target this machine cannot measure on (num-cores it lacks)
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
+    args.transfer = transfer_count(args.transfer, args.corpus, target.kind.name, whole)
     config = config_from_args(OptimizeConfig, args)
     sampling = config_from_args(SamplingConfig, args, n=config.k)
     _check_seed(sampling.seed, config.rounds)
@@ -235,6 +241,30 @@ def cli_cost_model(choice: str, target_kind: str, width: int | None, k: int):
 _SEEDS = (-(2**63), 2**64 - 1)
 
 
+def transfer_count(given: int | None, corpus: str, target_kind: str, whole: bool) -> int:
+    """``--transfer``: as given; when not given, ``AUTO_TRANSFER`` for a kernel whose target
+    a corpus serves (``kept_corpus``), else 0 (a whole model's tasks have no family to find
+    neighbours in)."""
+    if given is not None:
+        return given
+    served = not whole and kept_corpus(corpus, target_kind) is not None
+    return AUTO_TRANSFER if served else 0
+
+
+def kept_corpus(choice: str, target_kind: str) -> str | None:
+    """The folder ``--corpus choice`` names for a ``target_kind`` target: ``auto`` is the kept
+    corpus of a source checkout for llvm (None elsewhere, or when the checkout has none),
+    ``none`` is None, anything else is the folder given."""
+    from training.models.builtin import KEPT_CORPUS
+
+    if choice == "none":
+        return None
+    if choice == "auto":
+        kept = target_kind == "llvm" and (KEPT_CORPUS / "datagen.json").is_file()
+        return str(KEPT_CORPUS) if kept else None
+    return choice
+
+
 def cli_corpus(choice: str, target_kind: str, transfer: int) -> list | None:
     """``--corpus``'s records, read before anything is measured when ``--transfer`` asks for
     scripts from it: ``auto`` (the kept corpus for an llvm target when the checkout has it),
@@ -242,14 +272,10 @@ def cli_corpus(choice: str, target_kind: str, transfer: int) -> list | None:
     from, or a folder without records or with a damaged one (named, file and line), is
     refused."""
     from training.datagen.records import DataError, RecordStore
-    from training.models.builtin import KEPT_CORPUS
 
     if not transfer:
         return None
-    folder = None if choice == "none" else choice
-    if choice == "auto":
-        kept = target_kind == "llvm" and (KEPT_CORPUS / "datagen.json").is_file()
-        folder = str(KEPT_CORPUS) if kept else None
+    folder = kept_corpus(choice, target_kind)
     if folder is None:
         raise UsageError(f"--transfer {transfer}: no corpus to carry scripts over from "
                          f"(--corpus {choice}); give a `dragon datagen` output folder or drop "
@@ -319,7 +345,15 @@ def register(subparsers) -> None:
                    "(training/models/dragon-tiny)")
     p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict "
                    "(default: llvm)")
-    add_config_arguments(p, OptimizeConfig, aliases={"k": ("-k",)})
+    add_config_arguments(p, OptimizeConfig, aliases={"k": ("-k",)},
+                         only=tuple(f.name for f in dataclasses.fields(OptimizeConfig)
+                                    if f.name != "transfer"))
+    p.add_argument("--transfer", type=int, default=None, metavar="TRANSFER",
+                   help=f"scripts carried over from --corpus (the fastest of the nearest "
+                        f"workloads of the family, tiles refitted to this one's loops), timed "
+                        f"before the model's first round, which then refines the best of them "
+                        f"(default: {AUTO_TRANSFER} when a corpus serves the target, as the "
+                        f"kept one does llvm; else 0)")
     p.add_argument("--cost-model", default="none", metavar="FILE",
                    help="the cost model that ranks --width samples and the --search "
                         "candidates: a file saved by `dragon cost-model`, auto (the built-in "

@@ -42,18 +42,22 @@ class DemoConfig:
     network: str = field(default=DEMO_MODEL, metadata={
         "help": "The network optimized end to end (a model spec without task=); empty: skip "
                 "it."})
-    k: int = field(default=4, metadata={"help": "Scripts sampled per round."})
-    rounds: int = field(default=1, metadata={
+    transfer: int = field(default=8, metadata={
+        "help": "Scripts of the layer carried over from the kept corpus (the nearest "
+                "workloads' fastest, tiles refitted) timed first; the model's first round "
+                "refines the best of them (0: none; none either without a kept corpus)."})
+    k: int = field(default=2, metadata={"help": "Scripts sampled per round."})
+    rounds: int = field(default=0, metadata={
         "help": "Refinement rounds after the first (the model refines its best script)."})
     network_k: int = field(default=2, metadata={
         "help": "Scripts sampled per task of the network (one round: no refinement)."})
     width: int = field(default=0, metadata={
         "help": "Scripts sampled per model round for the cost model to rank; the k it ranks "
                 "first are timed (0: all k timed, no ranking; needs a cost model)."})
-    search: int = field(default=24, metadata={
+    search: int = field(default=22, metadata={
         "help": "Kernels of the layer timed by MetaSchedule's evolutionary search after the "
-                "model's rounds, started from the model's scripts and ranked by the cost "
-                "model (0: the model alone)."})
+                "model's rounds, started from every script timed before and ranked by the "
+                "cost model (0: no search)."})
     network_search: int = field(default=4, metadata={
         "help": "The same per task of the network."})
     population: int = field(default=64, metadata={
@@ -65,10 +69,11 @@ class DemoConfig:
         if self.k < 1 or self.rounds < 0 or self.network_k < 1:
             raise ValueError(f"Expected k >= 1, network_k >= 1 and rounds >= 0 but got "
                              f"k={self.k}, network_k={self.network_k}, rounds={self.rounds}")
-        if min(self.width, self.search, self.network_search) < 0:
-            raise ValueError(f"Expected width, search and network_search >= 0 but got "
-                             f"width={self.width}, search={self.search}, "
-                             f"network_search={self.network_search}")
+        if min(self.width, self.search, self.network_search, self.transfer) < 0:
+            raise ValueError(f"Expected width, search, network_search and transfer >= 0 but "
+                             f"got width={self.width}, search={self.search}, "
+                             f"network_search={self.network_search}, "
+                             f"transfer={self.transfer}")
         if not (self.kernel or self.network):
             raise ValueError("Expected a kernel, a network or both but got neither")
 
@@ -110,11 +115,12 @@ class KernelShowdown:
 
 def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 4,
                    rounds: int = 1, seed: int = 0, population: int = 64, width: int = 0,
-                   search: int = 0, cost_model: Any = None,
-                   progress: bool = False) -> KernelShowdown:
-    """``optimize`` with ``k`` and ``rounds`` (``width`` samples a round ranked by
-    ``cost_model`` when both are given, then ``search`` kernels of MetaSchedule's search
-    seeded with the model's scripts), then MetaSchedule with as many trials as the
+                   search: int = 0, cost_model: Any = None, transfer: int = 0,
+                   corpus: Any = None, progress: bool = False) -> KernelShowdown:
+    """``optimize`` with ``transfer`` scripts carried over from ``corpus`` first (when
+    given), ``k`` and ``rounds`` (``width`` samples a round ranked by ``cost_model`` when both
+    are given), then ``search`` kernels of MetaSchedule's search seeded with every script
+    timed, then MetaSchedule with as many trials as the
     model's search timed kernels (its baselines and re-timing included, as
     ``optimize_model`` counts them), then both winners and the baselines re-timed together on
     ``evaluator`` (best without a cache: every figure is from this session)."""
@@ -126,9 +132,10 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
     ranked = width > k and cost_model is not None
     result = optimize(model, tokenizer, workload,
                       config=OptimizeConfig(k=k, rounds=rounds, search=search,
-                                            width=width if ranked else None),
+                                            width=width if ranked else None,
+                                            transfer=transfer if corpus is not None else 0),
                       sampling=SamplingConfig(n=k, seed=seed), evaluator=evaluator,
-                      cost_model=cost_model, progress=progress)
+                      cost_model=cost_model, corpus=corpus, progress=progress)
     trials = result.measurements
     if progress:
         print(f"MetaSchedule: {trials} candidates searched and measured ...", flush=True)
