@@ -18,8 +18,8 @@ MLP = Path(__file__).parent / "data" / "relax_mlp.py"
 @pytest.mark.slow
 def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
     code = main(["demo", "--kernel", SPEC, "--network", str(MLP), "--transfer", "2",
-                 "-k", "2", "--rounds", "0", "--width", "4", "--cost-model", "auto", "--search", "3", "--network-k", "1",
-                 "--network-search", "1",
+                 "-k", "2", "--rounds", "0", "--width", "4", "--cost-model", "auto",
+                 "--search", "3", "--network-k", "1", "--network-search", "1",
                  "--out", str(tmp_path), "--json", "-q"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
