@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from training.datagen.tasks import family_of
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -35,10 +37,10 @@ def held_out(corpus: Path) -> list[str]:
     from bench_vs_metaschedule import HELD_OUT
     from datasets import load_from_disk
 
-    specs = [s for s in HELD_OUT if s.split("(")[0] in FAMILIES]
+    specs = [s for s in HELD_OUT if family_of(s) in FAMILIES]
     data = load_from_disk(str(corpus / "construction"))
     for split in ("validation", "test"):
-        specs += sorted({w for w in data[split]["workload"] if w.split("(")[0] in FAMILIES})
+        specs += sorted({w for w in data[split]["workload"] if family_of(w) in FAMILIES})
     return list(dict.fromkeys(specs))
 
 
@@ -66,7 +68,7 @@ def metaschedule_scripts(corpus: Path) -> dict[str, list[str]]:
 
     out: dict[str, list[str]] = {f: [] for f in FAMILIES}
     for r in RecordStore(str(corpus)).all_records():
-        family = r.workload.split("(")[0]
+        family = family_of(r.workload)
         if family in out and r.status == "correct" and r.script:
             out[family].append(r.script)
     return out
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             proposals = propose(model, tokenizer, workload(spec), target,
                                 config=SamplingConfig(n=args.k, seed=args.seed),
                                 grammar="schedule")
-            by_family[spec.split("(")[0]] += [q.sample.text for q in proposals]
+            by_family[family_of(spec)] += [q.sample.text for q in proposals]
         report["models"][name] = {
             "path": path, "seconds": time.perf_counter() - started,
             "families": {f: stats_row(s) for f, s in by_family.items()},

@@ -120,12 +120,10 @@ def cmd_demo(args) -> int:
         label, mod, tasks = load_whole_model(config.network)
     if args.out and not os.path.isdir(args.out):
         raise UsageError(f"--out {args.out}: not a directory")
-    corpus = None
-    if wl is not None and config.transfer:
-        from training.cli.optimize import cli_corpus, kept_corpus
+    from training.cli.optimize import cli_corpus, kept_corpus
 
-        corpus = cli_corpus("auto", "llvm", config.transfer) if kept_corpus("auto", "llvm") \
-            else None
+    folder = kept_corpus("auto", "llvm") if wl is not None and config.transfer else None
+    corpus = cli_corpus(folder, "llvm", config.transfer) if folder is not None else None
     path = model_path(args.model)
     started = time.perf_counter()
     target = as_target("llvm")
