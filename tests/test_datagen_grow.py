@@ -55,3 +55,25 @@ def test_grow_zero_searches_nothing_and_a_negative_one_is_refused(tmp_path, drag
     code, err = done.returncode, done.stderr
     assert code == 2 and "Expected --grow >= 0 but got --grow -1" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_cheapest_first_runs_the_least_work_first_and_keeps_the_list(tmp_path):
+    from training.datagen.tasks import work_estimate
+
+    specs = ["matmul(m=64,n=64,k=64)", "reduce(m=16,n=32,op=sum)", "softmax(m=16,n=32)",
+             "matmul(m=64,n=64,k=64,dtype=float16)"]
+    tasks = tasks_for(specs, LLVM, "llvm", SearchConfig(trials=8, per_round=8), 60)
+    work = {t.workload: work_estimate(t.workload, LLVM) for t in tasks}
+    # matmul 2*64^3 FLOPs; the half one costs more on a CPU, though its FLOPs are the same.
+    assert work[tasks[0].workload] == 2 * 64 ** 3
+    assert work[tasks[3].workload] > work[tasks[0].workload]
+    assert work_estimate("model(name=bert)") == float("inf")
+    out, pool = str(tmp_path / "corpus"), _Pool()
+    order = lambda t: work[t.workload]  # noqa: E731
+    generate(tasks, out, pool, progress=False, grow=2, order=order)
+    generate(tasks, out, pool, progress=False, grow=2, order=order)
+    cheapest = sorted(work, key=work.get)
+    assert pool.asked == [cheapest[:2], cheapest[2:]]
+    assert cheapest[-1] == tasks[3].workload
+    manifest = json.loads((tmp_path / "corpus" / "datagen.json").read_text())
+    assert manifest["tasks"] == [t.key for t in tasks]   # the list itself is not reordered

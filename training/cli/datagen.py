@@ -83,6 +83,13 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
     return tasks, settings, chosen
 
 
+def _cheapest(args):
+    """The order of ``--cheapest-first``: a task's estimated work (``work_estimate``)."""
+    from training.datagen.tasks import work_estimate
+
+    return lambda task: work_estimate(task.workload, task.target)
+
+
 def _measure_config(args, chosen):
     return measure_from_args(args, chosen.extra.get("measure", {}) if chosen else None)
 
@@ -148,7 +155,8 @@ def cmd_datagen(args) -> int:
           file=sys.stderr)
     try:
         report = generate(tasks, out, pool, settings=settings, retry_failed=args.retry_failed,
-                          progress=not args.quiet, grow=args.grow)
+                          progress=not args.quiet, grow=args.grow,
+                          order=_cheapest(args) if args.cheapest_first else None)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # the disk filled or the folder was taken away during the run
@@ -298,6 +306,11 @@ def register(subparsers) -> None:
                    help="run only N of the workloads not yet done, then stop (the run's "
                         "workload list stays whole: the same command grows it by N more); 0 "
                         "searches nothing and builds the datasets from the records kept")
+    p.add_argument("--cheapest-first", action="store_true",
+                   help="run the workloads not yet done in order of their estimated work "
+                        "(FLOPs of the unscheduled kernel, float16 on a CPU costing more), not "
+                        "in the list's order: a corpus grown a few workloads a session gets "
+                        "the most measured workloads from its hours")
     p.add_argument("--pack", action="store_true",
                    help="after the run, move the committed tasks' records into compressed "
                         "shards of 100 tasks (OUT/shards/*.jsonl.gz, read as before): for a "

@@ -79,10 +79,13 @@ def _commit(store: RecordStore, result: TaskResult) -> None:
 def generate(tasks: list[Task], out: str, pool: Any, *, settings: dict[str, Any] | None = None,
              retry_failed: bool = False, progress: bool = True,
              on_task: Callable[[TaskSummary], None] | None = None,
-             grow: int | None = None) -> RunReport:
+             grow: int | None = None,
+             order: Callable[[Task], float] | None = None) -> RunReport:
     """Run the tasks of ``tasks`` not yet committed in ``out`` on ``pool`` and commit them;
     ``grow``: only the first ``grow`` of those (a corpus grown by N workloads a run, the run's
-    task list unchanged, so that the next run continues it)."""
+    task list unchanged, so that the next run continues it); ``order``: a key that sorts the
+    tasks to run, lowest first (stable: ties keep the list's order), e.g. a task's estimated
+    work, so that a corpus grown a few workloads at a time measures the cheap ones first."""
     from tqdm.auto import tqdm
 
     os.makedirs(out, exist_ok=True)
@@ -92,6 +95,8 @@ def generate(tasks: list[Task], out: str, pool: Any, *, settings: dict[str, Any]
     todo = [t for t in tasks if t.key not in done
             or (retry_failed and done[t.key].status == "failed")]
     report = RunReport(tasks=len(tasks), skipped=len(tasks) - len(todo))
+    if order is not None:
+        todo = sorted(todo, key=order)
     if grow is not None:
         todo = todo[:grow]
     if not todo:

@@ -15,7 +15,7 @@ from typing import Any
 from codegen.search.tune import SearchConfig
 from codegen.workloads import canonical_spec, sample_workloads
 
-__all__ = ["PRESETS", "Preset", "Task", "family_of", "preset", "tasks_for"]
+__all__ = ["PRESETS", "Preset", "Task", "family_of", "preset", "tasks_for", "work_estimate"]
 
 
 def family_of(spec: str) -> str:
@@ -132,3 +132,29 @@ def tasks_for(specs: list[str], target: dict[str, Any], rules: str, search: Sear
             seen.add(spec)
             out.append(Task(spec, target, rules, search, time_limit_s))
     return out
+
+
+# How much more an unscheduled float16 kernel costs than a float32 one of the same FLOPs on a
+# CPU, which has no half arithmetic (llvm converts each value): read off the kept corpus, where
+# float32 and int8 workloads of up to about 2e10 FLOPs were measured within the tiny preset's
+# limits and float16 ones above about 1e9 ran past them.
+HALF_ON_CPU = 10.0
+
+
+def work_estimate(spec: str, target: Any = None) -> float:
+    """The estimated cost of one run of the workload's unscheduled kernel, in FLOPs (TVM's
+    ``estimate_tir_flops``, scaled by ``HALF_ON_CPU`` for float16 on a CPU); ``inf`` for what
+    it cannot estimate (a whole model).  An order, not a time: ``dragon datagen --grow N
+    --cheapest-first`` searches the cheapest workloads first."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    from codegen.workloads import workload
+
+    try:
+        cost = float(estimate_tir_flops(workload(spec).mod))
+    except Exception:  # noqa: BLE001 - a model task or anything TVM cannot estimate goes last
+        return float("inf")
+    kind = target.get("kind") if isinstance(target, dict) else str(target or "llvm")
+    if "float16" in spec and kind == "llvm":
+        cost *= HALF_ON_CPU
+    return cost
