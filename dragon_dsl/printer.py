@@ -18,7 +18,8 @@ from .grammar import reserved_words, statement_options
 from .parser import expr_dtype
 from .statements import PLAIN_ANNOTATION_KEYS, STATEMENTS
 
-__all__ = ["annotation_key_text", "format_program", "format_statement", "format_value"]
+__all__ = ["annotation_key_text", "expand_ranges", "format_program", "format_statement",
+           "format_value"]
 
 _DTYPE_SUFFIX = {
     "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -158,6 +159,31 @@ def _names(names) -> str:
             parts.extend(names[i : j + 1])
         i = j + 1
     return ", ".join(parts)
+
+
+_RANGE_TEXT = re.compile(
+    r"\b([A-Za-z_][A-Za-z0-9_]*?)([0-9]+)\.\.([A-Za-z_][A-Za-z0-9_]*?)([0-9]+)\b")
+
+
+def expand_ranges(script: str) -> str:
+    """A script with each ``l3..l6`` written out (``l3, l4, l5, l6`` in results and brackets,
+    ``l3 l4 l5 l6`` among positional arguments), meaning the same: the form the sampling
+    grammars produce (no context-free grammar can say which ranges are valid), and so the form
+    a model is shown and trained on (``training.prompts.format_completion``).  Formatting
+    gives the ranges back.
+
+    >>> expand_ranges("fuse i0..i1 -> l0..l1")
+    'fuse i0 i1 -> l0, l1'
+    """
+    def spell(m: re.Match) -> str:
+        prefix, first, last = m.group(1), int(m.group(2)), int(m.group(4))
+        if m.group(3) != prefix or first >= last:
+            return m.group(0)
+        before = m.string[m.string.rfind("\n", 0, m.start()) + 1:m.start()]
+        listed = "->" in before or before.count("[") > before.count("]")
+        return (", " if listed else " ").join(f"{prefix}{k}" for k in range(first, last + 1))
+
+    return _RANGE_TEXT.sub(spell, script)
 
 
 def _targets(stmt: Stmt) -> str:

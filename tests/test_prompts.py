@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+import dragon_dsl
 from codegen.workloads import workload
 from codegen.workloads.families import FAMILIES
+from dragon_dsl.printer import expand_ranges
 from training.prompts.kernel_text import describe, token_counts, tvmscript
 from training.prompts.templates import (
     PROMPT_VERSION,
@@ -33,9 +35,10 @@ from training.prompts.templates import (
 ROOT = Path(__file__).resolve().parent.parent
 MATMUL = "matmul(m=8,n=8,k=4)"
 
-# The version-1 prompts. A change to either text is a new prompt format: bump
+# The version-2 prompts (version 1 showed scripts with their name ranges, `i0..i1`, which no
+# sampling grammar admits). A change to either text is a new prompt format: bump
 # training.prompts.templates.PROMPT_VERSION, then update these strings.
-GOLDEN_V1 = {
+GOLDEN_V2 = {
     "construction": """\
 Dragon construction, target llvm
 kernel:
@@ -63,11 +66,12 @@ block "C"
 script (latency 12.35 us):
 block "C" -> C
 loops C -> i, j, k
+tile i [2, 2, 2] -> i0, i1, i2
 <end>
 improved script:
 """,
 }
-CURRENT = 'block "C" -> C\nloops C -> i, j, k\n'
+CURRENT = 'block "C" -> C\nloops C -> i, j, k\ntile i [2, 2, 2] -> i0..i2\n'
 
 
 def _blocks(text: str) -> dict[str, list[str]]:
@@ -92,7 +96,7 @@ def _loops(lines: list[str]) -> list[tuple[str, int, str]]:
 # ---- describe ------------------------------------------------------------------------------
 
 def test_matmul_description():
-    assert describe(MATMUL) == GOLDEN_V1["construction"].split("kernel:\n")[1][:-len("script:\n")]
+    assert describe(MATMUL) == GOLDEN_V2["construction"].split("kernel:\n")[1][:-len("script:\n")]
 
 
 @pytest.mark.parametrize("spec, block, loops, expected", [
@@ -173,7 +177,9 @@ def test_names_are_the_names_from_trace_uses():
         if var in first and name != "root":
             assert first[var].split(", ") == [n for n, _, _ in _loops(blocks[name])]
     # the script also round-trips through a completion
-    assert split_completion(format_completion(script)) == script
+    # The completion is the script with its ranges written out, and formats back to it.
+    assert split_completion(format_completion(script)) == expand_ranges(script)
+    assert dragon_dsl.format(split_completion(format_completion(script))) == script
 
 
 def test_shorter_than_tvmscript_for_every_family():
@@ -222,10 +228,10 @@ def test_tvmscript_drops_import_comments():
 
 # ---- prompts -------------------------------------------------------------------------------
 
-def test_prompt_version_1_is_pinned():
-    assert PROMPT_VERSION == 1, "update GOLDEN_V1 to the new format's text"
-    assert construction_prompt(MATMUL, "llvm") == GOLDEN_V1["construction"]
-    assert refinement_prompt(MATMUL, "cuda", CURRENT, 12.345e-6) == GOLDEN_V1["refinement"]
+def test_prompt_version_2_is_pinned():
+    assert PROMPT_VERSION == 2, "update GOLDEN_V2 to the new format's text"
+    assert construction_prompt(MATMUL, "llvm") == GOLDEN_V2["construction"]
+    assert refinement_prompt(MATMUL, "cuda", CURRENT, 12.345e-6) == GOLDEN_V2["refinement"]
 
 
 def test_prompts_are_deterministic_across_processes():
@@ -247,7 +253,10 @@ def test_prompts_are_deterministic_across_processes():
 def test_prompt_ends_where_the_script_begins():
     prompt = construction_prompt(MATMUL, "llvm")
     completion = format_completion(CURRENT)
-    assert (prompt + completion).endswith("script:\n" + CURRENT + "<end>\n")
+    # The script as the model writes it: its ranges written out, as the samplers write them.
+    assert (prompt + completion).endswith("script:\n" + expand_ranges(CURRENT) + "<end>\n")
+    assert "i0, i1, i2" in completion and ".." not in completion
+    assert dragon_dsl.format(split_completion(completion)) == dragon_dsl.format(CURRENT)
     assert SCRIPT_END == "\n<end>\n" and STOP == "<end>"
 
 
@@ -286,7 +295,9 @@ def test_target_names():
 
 @pytest.mark.parametrize("script", [CURRENT, "", "annotate root parallel=32\n"])
 def test_split_completion_round_trips(script):
-    assert split_completion(format_completion(script)) == script
+    assert split_completion(format_completion(script)) == expand_ranges(script)
+    if script:
+        assert dragon_dsl.format(split_completion(format_completion(script))) == script
 
 
 def test_split_completion_tolerates_what_samplers_do():
@@ -311,7 +322,7 @@ def _tokenizer(template: str | None):
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel()
     trainer = tokenizers.trainers.BpeTrainer(vocab_size=300, special_tokens=["[UNK]", "<eos>"])
-    tok.train_from_iterator([GOLDEN_V1["refinement"]], trainer)
+    tok.train_from_iterator([GOLDEN_V2["refinement"]], trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>")
     tokenizer.chat_template = template
     return tokenizer
@@ -323,16 +334,16 @@ def test_chat_template_path():
     messages = chat_messages(MATMUL, "llvm")
     text = apply_chat_template(_tokenizer(template), messages)
     assert text == (f"<|system|>\n{messages[0]['content']}<|user|>\n"
-                    f"{GOLDEN_V1['construction']}<|assistant|>\n")
+                    f"{GOLDEN_V2['construction']}<|assistant|>\n")
     refine = chat_messages(MATMUL, "cuda", CURRENT, 12.345e-6)
-    assert refine[1]["content"] == GOLDEN_V1["refinement"]
+    assert refine[1]["content"] == GOLDEN_V2["refinement"]
 
 
 def test_chat_falls_back_to_the_plain_prompt():
     messages = chat_messages(MATMUL, "cuda", CURRENT, 12.345e-6)
-    assert apply_chat_template(_tokenizer(None), messages) == GOLDEN_V1["refinement"]
+    assert apply_chat_template(_tokenizer(None), messages) == GOLDEN_V2["refinement"]
     assert apply_chat_template(None, chat_messages(MATMUL, "llvm")) == \
-        GOLDEN_V1["construction"]
+        GOLDEN_V2["construction"]
 
 
 def test_chat_messages_need_script_and_latency_together():

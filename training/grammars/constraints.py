@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from codegen.search import search_space
 from codegen.targets import default_rules
 from dragon_dsl.grammar import Grammar
-from dragon_dsl.printer import annotation_key_text
+from dragon_dsl.printer import annotation_key_text, expand_ranges
 from dragon_dsl.statements import STATEMENTS
 from training.grammars.layout import canonical_lines, canonical_spacing
 from training.prompts.templates import STOP
@@ -193,28 +193,6 @@ def _tile_rule(extent: int, n: int, rules: dict[str, str]) -> str:
 
 def _literal(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-_RANGE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*?)([0-9]+)\.\.([A-Za-z_][A-Za-z0-9_]*?)([0-9]+)\b")
-
-
-def expand_ranges(script: str) -> str:
-    """A script with each ``l3..l6`` written out (``l3, l4, l5, l6`` in results and brackets,
-    ``l3 l4 l5 l6`` among positional arguments): the form the sampling grammars produce, and
-    so the form to train on.
-
-    >>> expand_ranges("fuse i0..i1 -> l0..l1")
-    'fuse i0 i1 -> l0, l1'
-    """
-    def spell(m: re.Match) -> str:
-        prefix, first, last = m.group(1), int(m.group(2)), int(m.group(4))
-        if m.group(3) != prefix or first >= last:
-            return m.group(0)
-        before = m.string[m.string.rfind("\n", 0, m.start()) + 1:m.start()]
-        listed = "->" in before or before.count("[") > before.count("]")
-        return (", " if listed else " ").join(f"{prefix}{k}" for k in range(first, last + 1))
-
-    return _RANGE.sub(spell, script)
 
 
 def sampling_grammar(text: str | None = None) -> str:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from codegen.targets import as_target
 from dragon_dsl.errors import DragonError
+from dragon_dsl.printer import expand_ranges
 from training.prompts.kernel_text import describe, tvmscript
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ __all__ = ["KERNEL_FORMATS", "PROMPT_VERSION", "SCRIPT_END", "STOP", "SYSTEM_PRO
            "construction_prompt", "format_completion", "refinement_prompt",
            "split_completion", "target_name"]
 
-PROMPT_VERSION = 1
+PROMPT_VERSION = 2
 STOP = "<end>"
 SCRIPT_END = f"\n{STOP}\n"
 KERNEL_FORMATS = ("compact", "tvmscript")
@@ -143,12 +144,17 @@ def refinement_prompt(workload: WorkloadLike, target: TargetLike, script: str, l
 
 
 def format_completion(script: str) -> str:
-    """A script as the model writes it: the script, then ``SCRIPT_END``.
+    """A script as the model writes it: the script with its name ranges written out
+    (``dragon_dsl.printer.expand_ranges``: ``i0..i3`` as ``i0, i1, i2, i3``, the only form the
+    sampling grammars admit, so that a model never learns a form its decoder forbids), then
+    ``SCRIPT_END``.  Formatting the script gives the ranges back.
 
     >>> format_completion("annotate root x=1\\n")
     'annotate root x=1\\n<end>\\n'
+    >>> format_completion("tile i [2, 4] -> i0, i1\\nloops C -> l0..l2\\n")
+    'tile i [2, 4] -> i0, i1\\nloops C -> l0, l1, l2\\n<end>\\n'
     """
-    return script.rstrip("\n") + SCRIPT_END
+    return expand_ranges(script.rstrip("\n")) + SCRIPT_END
 
 
 def split_completion(text: str, *, require_end: bool = True) -> str:
