@@ -19,6 +19,7 @@ from training.grammars.constraints import (
     annotation_values,
     categorical_lists,
     expand_ranges,
+    tile_lengths,
 )
 from training.grammars.statement import statement_grammar
 from training.models.tokenizer import tiny_model
@@ -59,7 +60,8 @@ def walk(spec: str, target: str, rules: str, n: int) -> int:
                                      categorical=categorical_lists(wl, target, rules) or (),
                                      annotations=annotation_keys(wl, target, rules) or (),
                                      annotation_values=annotation_values(wl, target, rules),
-                                     annotation_targets=annotation_targets(wl, target, rules))
+                                     annotation_targets=annotation_targets(wl, target, rules),
+                                     tile_lengths=tile_lengths(wl, target, rules))
             assert admits(lark, line + "\n"), f"{spec} {rules}: refused {line!r}\n{script}"
             live.step(line)
             walked += 1
@@ -85,6 +87,25 @@ def test_an_annotation_goes_only_on_what_metaschedule_puts_it_on():
     assert admits(narrowed, f"annotate root parallel={parallel}\n")
     assert not admits(narrowed, f"annotate i parallel={parallel}\n")
     assert admits(statement_grammar(live, **kwargs), f"annotate i parallel={parallel}\n")
+
+
+def test_a_tile_has_as_many_factors_as_metaschedule_gives_it():
+    """Under llvm's SSRSRS MetaSchedule tiles a spatial loop in 4 and a reduction in 2: a tile
+    of 3 or 5 factors, which it never writes, is refused (a small model whose factors fall
+    short of the extent must finish the tile, not add a fifth factor)."""
+    wl = workload("matmul(m=128,n=128,k=128)")
+    assert tile_lengths(wl, "llvm", "llvm") == (2, 4)
+    assert tile_lengths(workload("softmax(m=64,n=128)"), "llvm", "llvm") == (2,)
+    live = LiveSchedule(wl, "llvm")
+    for line in ['block "C" -> C', "loops C -> i, j, k"]:
+        live.step(line)
+    narrowed = statement_grammar(live, postproc_set="llvm", tile_lengths=(2, 4))
+    assert admits(narrowed, "tile i [2, 4, 4, 4] -> i0, i1, i2, i3\n")
+    assert admits(narrowed, "tile k [64, 2] -> k0, k1\n")
+    assert not admits(narrowed, "tile i [2, 4, 4, 2, 2] -> i0, i1, i2, i3, i4\n")
+    assert not admits(narrowed, "tile i [8, 4, 4] -> i0, i1, i2\n")
+    assert admits(statement_grammar(live, postproc_set="llvm"),
+                  "tile i [2, 4, 4, 2, 2] -> i0, i1, i2, i3, i4\n")
 
 
 @pytest.mark.parametrize("spec,target,rules", CASES)
@@ -194,6 +215,11 @@ def test_untrained_samples_all_end_parse_and_apply(samples):
         found = dragon_dsl.check(s.text, workload=wls[s.prompt_index], target="llvm")
         assert found == [], (s.text, found)  # checked again, independently of the sampler
     assert sum(s.resampled for s in out) > 0  # the untrained model's statements do get refused
+    for s in out:  # every tile has as many factors as MetaSchedule gives one of that kernel
+        lengths = tile_lengths(wls[s.prompt_index], "llvm", "llvm") or (2, 3, 4, 5)
+        for line in s.text.splitlines():
+            if line.startswith("tile "):
+                assert line[line.index("[") + 1:line.index("]")].count(",") + 1 in lengths
     assert len(stats["replay_seconds"]) > len(out)
 
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["MAX_FACTORS", "annotation_keys", "annotation_targets", "annotation_values",
-           "categorical_lists",
+           "categorical_lists", "tile_lengths",
            "expand_ranges", "kernel_loops", "sampling_grammar", "with_end_marker",
            "workload_grammar"]
 
@@ -152,6 +152,29 @@ def annotation_targets(workload: WorkloadLike, target: TargetLike = "llvm",
                 kind = "loop" if isinstance(inst.inputs[0], LoopRV) else "block"
                 found.setdefault(annotation_key_text(str(inst.attrs[0])), []).append(kind)
     return {k: tuple(sorted(set(v))) for k, v in found.items()}
+
+
+def tile_lengths(workload: WorkloadLike, target: TargetLike = "llvm",
+                 rules: str | None = None) -> tuple[int, ...] | None:
+    """How many factors MetaSchedule's rules tile a loop of ``workload`` into on ``target``
+    (the ``n`` of the design spaces' ``SamplePerfectTile`` instructions: 4 for a spatial loop
+    and 2 for a reduction under llvm's ``SSRSRS``), sorted; None when no design space can be
+    generated or none tiles.  Schedule-aware sampling tiles with these lengths only: a tiny
+    model that writes factors whose product falls short of the extent is then made to finish
+    the tile as MetaSchedule would, not to add a fifth factor that MetaSchedule never writes
+    and after which it no longer knows where it is.
+
+    >>> from codegen.workloads import workload
+    >>> tile_lengths(workload("matmul(m=16,n=16,k=16)"))
+    (2, 4)
+    """
+    try:
+        space = search_space(workload.mod, target, rules or default_rules(target))
+    except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
+        return None
+    lengths = {int(inst.attrs[0]) for design in space.spaces for inst in design.trace.insts
+               if inst.kind.name == "SamplePerfectTile"}
+    return tuple(sorted(lengths)) or None
 
 
 def annotation_keys(workload: WorkloadLike, target: TargetLike = "llvm",

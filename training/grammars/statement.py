@@ -115,7 +115,8 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                       categorical: Sequence[Sequence[int]] = (),
                       annotations: Sequence[str] = (),
                       annotation_values: dict[str, Sequence[str]] | None = None,
-                      annotation_targets: dict[str, Sequence[str]] | None = None) -> str:
+                      annotation_targets: dict[str, Sequence[str]] | None = None,
+                      tile_lengths: Sequence[int] | None = None) -> str:
     """One statement line (ending with ``\\n``) that may come next in ``live``'s script
     (a live schedule, or a ``LiveView`` of one held in another process).
 
@@ -127,6 +128,8 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     (``training.grammars.constraints.annotation_values``; ``var`` is any variable in scope).
     ``annotation_targets``: per key, what it may annotate, ``"block"`` and/or ``"loop"``
     (``constraints.annotation_targets``); a key not there may annotate either.
+    ``tile_lengths``: the numbers of factors a ``tile`` may have
+    (``constraints.tile_lengths``); None: any of ``TILE_LENGTHS``.
     """
     if live.postproc_set is not None:
         return 'start: ""'  # the script is complete: nothing may follow
@@ -168,7 +171,7 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     splits: dict[tuple, list[str]] = {}
     for lp in loops:
         extent = live.extent(lp)
-        for k in TILE_LENGTHS:
+        for k in tile_lengths or TILE_LENGTHS:
             names = tuple(live.expected_results("tile", lp, k))
             named = tuple(live.expected_results("tile", lp, k, factors=True)[k:])
             if extent is not None:

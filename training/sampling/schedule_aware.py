@@ -185,7 +185,8 @@ class _Decoder:
     def __init__(self, model, tokenizer, workloads: Sequence[Any], target: Any, *,
                  postproc_set: str, categorical: Sequence[Sequence[Sequence[int]]],
                  annotations: Sequence[Sequence[str]], values: Sequence[dict | None],
-                 targets: Sequence[dict | None] | None = None, sampling: SamplingConfig,
+                 targets: Sequence[dict | None] | None = None,
+                 tiles: Sequence[Sequence[int] | None] | None = None, sampling: SamplingConfig,
                  eos: list[int], config: ScheduleAwareConfig) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.workloads, self.target = workloads, target
@@ -194,6 +195,7 @@ class _Decoder:
         self.annotations = annotations
         self.values = values
         self.targets = targets or [None] * len(workloads)
+        self.tiles = tiles or [None] * len(workloads)
         self.temperature, self.top_p = sampling.temperature, sampling.top_p
         self.max_new_tokens, self.stop = sampling.max_new_tokens, sampling.stop
         self.eos = eos
@@ -247,7 +249,8 @@ class _Decoder:
                                      categorical=self.categorical[row_index],
                                      annotations=self.annotations[row_index],
                                      annotation_values=self.values[row_index],
-                                     annotation_targets=self.targets[row_index])
+                                     annotation_targets=self.targets[row_index],
+                                     tile_lengths=self.tiles[row_index])
         except Exception as exc:  # noqa: BLE001  a query TVM refuses: narrow nothing this time
             row.error = f"narrowing the next statement failed: {exc}"
             lark = 'start: /[^\n]*/ "\n"'
@@ -520,6 +523,7 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
         annotation_targets,
         annotation_values,
         categorical_lists,
+        tile_lengths,
     )
 
     if len(prompts) != len(workloads):
@@ -532,12 +536,14 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     annotations = [annotation_keys(w, target, rules) or () for w in workloads]
     values = [annotation_values(w, target, rules) for w in workloads]
     targets = [annotation_targets(w, target, rules) for w in workloads]
+    tiles = [tile_lengths(w, target, rules) for w in workloads]
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     decoder = _Decoder(model, tokenizer, workloads, target, postproc_set=postproc_set,
                        categorical=categorical, annotations=annotations, values=values,
-                       targets=targets, sampling=sampling or SamplingConfig(), eos=eos,
+                       targets=targets, tiles=tiles, sampling=sampling or SamplingConfig(),
+                       eos=eos,
                        config=config or ScheduleAwareConfig())
     with torch.no_grad():
         results = decoder.run(list(prompts), list(range(len(prompts))))
