@@ -47,6 +47,7 @@ class LiveView:
     namer: dict[str, Any] = field(default_factory=dict)  # the encoder's naming state
     nice: list[str] = field(default_factory=list)
     bound: list[str] = field(default_factory=list)   # ``bound_blocks()``
+    piece_names: list[str] = field(default_factory=list)  # ``pieces()``
     error: str = ""                          # a query failed while recording: narrow nothing
 
     @classmethod
@@ -74,6 +75,7 @@ class LiveView:
                         related[b][op] = None
             return cls(scope=scope, location_names=live.locations(),
                        blocks=live.block_names(), bound=live.bound_blocks(),
+                       piece_names=live.pieces(),
                        loops_of={b: live.loops(b) for b in blocks}, related_of=related,
                        buffers_of={b: live.buffers(b) for b in blocks},
                        extents={lp: live.extent(lp) for lp in loops},
@@ -109,6 +111,9 @@ class LiveView:
 
     def locations(self) -> list[str]:
         return list(self.location_names)
+
+    def pieces(self) -> list[str]:
+        return list(self.piece_names)
 
     def block_names(self) -> list[str]:
         return list(self.blocks)

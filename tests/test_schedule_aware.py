@@ -13,6 +13,7 @@ import dragon_dsl
 from codegen.search import sample_traces
 from codegen.workloads import workload
 from dragon_dsl.live import LiveSchedule, apply_script
+from dragon_dsl.live_view import LiveView
 from training.grammars.constraints import (
     annotation_keys,
     annotation_targets,
@@ -106,6 +107,13 @@ def test_a_tile_has_as_many_factors_as_metaschedule_gives_it():
     assert not admits(narrowed, "tile i [8, 4, 4] -> i0, i1, i2\n")
     assert admits(statement_grammar(live, postproc_set="llvm"),
                   "tile i [2, 4, 4, 2, 2] -> i0, i1, i2, i3, i4\n")
+    # A tile's pieces are not tiled again, in this process or through a worker's view.
+    live.step("tile i [2, 4, 4, 4] -> i0, i1, i2, i3")
+    assert live.pieces() == ["i0", "i1", "i2", "i3"]
+    for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
+        narrowed = statement_grammar(state, postproc_set="llvm", tile_lengths=(2, 4))
+        assert not admits(narrowed, "tile i1 [2, 2] -> l0, l1\n")
+        assert admits(narrowed, "tile j [2, 4, 4, 4] -> j0, j1, j2, j3\n")
 
 
 @pytest.mark.parametrize("spec,target,rules", CASES)
@@ -162,7 +170,8 @@ def test_a_loop_that_was_split_is_out_of_scope():
     assert live.names("loop") == ["j", "k", "i0", "i1"]
     lark = statement_grammar(live, postproc_set="llvm")
     assert not admits(lark, "tile i [8, 16] -> i2, i3\n")
-    assert admits(lark, "tile i1 [8, 4] -> l0, l1\n")  # i1 is not a workload loop: l<N>
+    assert not admits(lark, "tile i1 [8, 4] -> l0, l1\n")  # a piece is not tiled again
+    assert admits(lark, "split i1 [8, 4] -> l0, l1\n")  # i1 is not a workload loop: l<N>
     assert admits(lark, "reorder i0 j i1 k\n")
     found = dragon_dsl.check(PREFIX + "tile i [4, 32] -> i0, i1\nparallel i\n", workload=wl,
                              target="llvm")

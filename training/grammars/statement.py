@@ -13,7 +13,9 @@ built here from that state.  It admits, in canonical layout:
   do it before ``postproc`` (the RL model learned to pad its scripts with such lines);
 - ``loops B`` binding exactly the loops B has; ``consumers``/``producers``/``children``
   binding exactly the blocks TVM returns;
-- ``tile L [..]`` with 2 to 5 factors whose product is L's current extent;
+- ``tile L [..]`` with as many factors as MetaSchedule's design space tiles a loop of the
+  kernel into (``tile_lengths``; else 2 to 5), whose product is L's current extent, and
+  never of a loop that a tile or split made (MetaSchedule never tiles a piece again);
 - buffer indices within the block's reads (``cache_read``) or writes (``cache_write``,
   ``set_scope``);
 - ``sample_categorical`` over the candidate lists MetaSchedule's rules offer for the workload
@@ -169,8 +171,9 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     # their alternatives share, which keeps the grammar (and its compile time) small.
     tiles: dict[tuple, list[str]] = {}
     splits: dict[tuple, list[str]] = {}
+    pieces = set(live.pieces())
     for lp in loops:
-        extent = live.extent(lp)
+        extent = live.extent(lp) if lp not in pieces else None  # a piece is not tiled again
         for k in tile_lengths or TILE_LENGTHS:
             names = tuple(live.expected_results("tile", lp, k))
             named = tuple(live.expected_results("tile", lp, k, factors=True)[k:])
