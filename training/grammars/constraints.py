@@ -155,26 +155,40 @@ def annotation_targets(workload: WorkloadLike, target: TargetLike = "llvm",
 
 
 def tile_lengths(workload: WorkloadLike, target: TargetLike = "llvm",
-                 rules: str | None = None) -> tuple[int, ...] | None:
-    """How many factors MetaSchedule's rules tile a loop of ``workload`` into on ``target``
-    (the ``n`` of the design spaces' ``SamplePerfectTile`` instructions: 4 for a spatial loop
-    and 2 for a reduction under llvm's ``SSRSRS``), sorted; None when no design space can be
-    generated or none tiles.  Schedule-aware sampling tiles with these lengths only: a tiny
-    model that writes factors whose product falls short of the extent is then made to finish
-    the tile as MetaSchedule would, not to add a fifth factor that MetaSchedule never writes
-    and after which it no longer knows where it is.
+                 rules: str | None = None) -> dict[str, tuple[int, ...]] | None:
+    """Per loop, as a script names it (``i``, ``k``, ``rc``), how many factors MetaSchedule's
+    rules tile it into for ``workload`` on ``target``: read from the ``tile`` statements of the
+    design spaces written as scripts (4 for a spatial loop and 2 for a reduction under llvm's
+    ``SSRSRS``).  None when no design space can be generated or none tiles.  Schedule-aware
+    sampling tiles a loop named here with these lengths only, and any other loop with the
+    lengths of any (``statement_grammar``): a small model that writes factors whose product
+    falls short of the extent is made to finish the tile as MetaSchedule would, not to add a
+    fifth factor that MetaSchedule never writes and after which it is lost.
 
     >>> from codegen.workloads import workload
     >>> tile_lengths(workload("matmul(m=16,n=16,k=16)"))
-    (2, 4)
+    {'i': (4,), 'j': (4,), 'k': (2,)}
     """
+    import dragon_dsl
+    from codegen.targets import postproc_set
+
+    rules = rules or default_rules(target)
     try:
-        space = search_space(workload.mod, target, rules or default_rules(target))
+        space = search_space(workload.mod, target, rules)
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
         return None
-    lengths = {int(inst.attrs[0]) for design in space.spaces for inst in design.trace.insts
-               if inst.kind.name == "SamplePerfectTile"}
-    return tuple(sorted(lengths)) or None
+    found: dict[str, set[int]] = {}
+    for design in space.spaces:
+        try:
+            script = dragon_dsl.from_trace(design.trace, postproc="auto",
+                                           postproc_set=postproc_set(rules), workload=workload)
+        except dragon_dsl.DragonError:  # a design the language cannot write: it narrows nothing
+            continue
+        for line in script.splitlines():
+            if line.startswith("tile "):
+                loop, factors = line.split()[1], line[line.index("[") + 1:line.index("]")]
+                found.setdefault(loop, set()).add(factors.count(",") + 1)
+    return {loop: tuple(sorted(n)) for loop, n in found.items()} or None
 
 
 def annotation_keys(workload: WorkloadLike, target: TargetLike = "llvm",

@@ -35,7 +35,7 @@ canonical names and layout (the form training data has), nothing a checker would
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from dragon_dsl.live import LiveSchedule
 from dragon_dsl.live_view import LiveView
@@ -118,7 +118,7 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                       annotations: Sequence[str] = (),
                       annotation_values: dict[str, Sequence[str]] | None = None,
                       annotation_targets: dict[str, Sequence[str]] | None = None,
-                      tile_lengths: Sequence[int] | None = None) -> str:
+                      tile_lengths: Mapping[str, Sequence[int]] | None = None) -> str:
     """One statement line (ending with ``\\n``) that may come next in ``live``'s script
     (a live schedule, or a ``LiveView`` of one held in another process).
 
@@ -130,8 +130,9 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     (``training.grammars.constraints.annotation_values``; ``var`` is any variable in scope).
     ``annotation_targets``: per key, what it may annotate, ``"block"`` and/or ``"loop"``
     (``constraints.annotation_targets``); a key not there may annotate either.
-    ``tile_lengths``: the numbers of factors a ``tile`` may have
-    (``constraints.tile_lengths``); None: any of ``TILE_LENGTHS``.
+    ``tile_lengths``: per loop name, the numbers of factors a ``tile`` of it may have
+    (``constraints.tile_lengths``); a loop not named there takes any length named there;
+    None: any of ``TILE_LENGTHS`` for every loop.
     """
     if live.postproc_set is not None:
         return 'start: ""'  # the script is complete: nothing may follow
@@ -172,9 +173,10 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     tiles: dict[tuple, list[str]] = {}
     splits: dict[tuple, list[str]] = {}
     pieces = set(live.pieces())
+    any_length = sorted({k for ks in (tile_lengths or {}).values() for k in ks}) or TILE_LENGTHS
     for lp in loops:
         extent = live.extent(lp) if lp not in pieces else None  # a piece is not tiled again
-        for k in tile_lengths or TILE_LENGTHS:
+        for k in (tile_lengths or {}).get(lp, any_length):
             names = tuple(live.expected_results("tile", lp, k))
             named = tuple(live.expected_results("tile", lp, k, factors=True)[k:])
             if extent is not None:

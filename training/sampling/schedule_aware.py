@@ -186,7 +186,8 @@ class _Decoder:
                  postproc_set: str, categorical: Sequence[Sequence[Sequence[int]]],
                  annotations: Sequence[Sequence[str]], values: Sequence[dict | None],
                  targets: Sequence[dict | None] | None = None,
-                 tiles: Sequence[Sequence[int] | None] | None = None, sampling: SamplingConfig,
+                 tiles: Sequence[dict[str, tuple[int, ...]] | None] | None = None,
+                 sampling: SamplingConfig,
                  eos: list[int], config: ScheduleAwareConfig) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.workloads, self.target = workloads, target
