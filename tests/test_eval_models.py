@@ -64,6 +64,9 @@ def test_tasks_are_the_distinct_prompts_of_the_split(data_dir):
     assert all(t.start_script for t in tasks if t.kind == "refinement")
     # MetaSchedule's best script for the workload rides along, to be re-measured.
     assert all(t.metaschedule_script for t in tasks)
+    # --families keeps the tasks of those families only.
+    assert load_tasks(data_dir, "validation", families=("softmax", "dense")) == tasks
+    assert load_tasks(data_dir, "validation", families=("dense",)) == []
 
 
 def test_every_attempt_is_measured_beside_its_references(evaluation, models):
@@ -228,6 +231,9 @@ def test_missing_data_and_models_are_clear_errors(data_dir, models, tmp_path):
         run_eval({"x": str(tmp_path)}, data_dir, tmp_path / "o", target=TARGET, config=CONFIG)
     with pytest.raises(EvalError, match=f"the model name '{MS}' stands for MetaSchedule"):
         run_eval({MS: models["final"]}, data_dir, tmp_path / "o", target=TARGET, config=CONFIG)
+    with pytest.raises(EvalError, match="holds no tasks of the families dense"):
+        run_eval(models, data_dir, tmp_path / "o", target=TARGET,
+                 config=replace(CONFIG, families=("dense",)))
 
 
 def test_cli_prints_the_summary_of_a_finished_evaluation(evaluation, data_dir, models,

@@ -71,6 +71,9 @@ class EvalConfig:
         "help": "Task kinds to evaluate.", "choices": KINDS, "nargs": "+"})
     max_tasks: int | None = field(default=None, metadata={
         "help": "At most this many tasks of each kind (the first ones); unset: all."})
+    families: tuple[str, ...] | None = field(default=None, metadata={
+        "help": "Only the tasks of these operator families (dense, conv2d, ...); unset: all.",
+        "nargs": "+"})
     attempts: int = field(default=4, metadata={"help": "Scripts sampled per task and model."})
     sampling: SamplingConfig = field(
         default_factory=lambda: SamplingConfig(top_p=0.95, max_new_tokens=640), metadata={
@@ -115,7 +118,8 @@ class EvalConfig:
         flat names, as ``eval.json`` has always held them."""
         out = {k: v for k, v in asdict(self).items()
                if k not in ("builders", "tie", "metaschedule", "search_population", "sampling",
-                            "measure")}
+                            "measure")
+               and not (k == "families" and v is None)}  # as runs before the field held it
         for name, part in (("sampling", self.sampling), ("measure", self.measure)):
             out.update({k: getattr(part, k) for k in _FLAGS[name]})
         return out
@@ -291,9 +295,12 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
             target = json.loads(target)
         except json.JSONDecodeError as exc:
             raise EvalError(f"--target {target!r} is not a JSON dict ({exc})") from None
-    tasks = load_tasks(data, config.split, config.kinds, max_tasks=config.max_tasks)
+    tasks = load_tasks(data, config.split, config.kinds, max_tasks=config.max_tasks,
+                       families=config.families)
     if not tasks:
-        raise EvalError(f"the {config.split!r} split of {data} holds no tasks")
+        raise EvalError(f"the {config.split!r} split of {data} holds no tasks"
+                        + (f" of the families {', '.join(config.families)}"
+                           if config.families else ""))
     _check_manifest(out, {"data": str(Path(data).resolve()), "target": target,
                           "settings": config.settings(), "models": rivals})
     store = _Store(out)

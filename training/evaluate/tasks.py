@@ -48,9 +48,11 @@ def _digest(text: str) -> str:
 
 
 def load_tasks(data: str | Path, split: str = "test", kinds: tuple[str, ...] = KINDS, *,
-               max_tasks: int | None = None) -> list[EvalTask]:
+               max_tasks: int | None = None,
+               families: tuple[str, ...] | None = None) -> list[EvalTask]:
     """The distinct tasks of ``split`` in a ``dragon datagen`` output, construction first;
-    ``max_tasks`` caps each kind (the first ones in the dataset's order; None: all)."""
+    ``families``: only the workloads of these operator families (None: all); ``max_tasks``
+    caps each kind (the first ones in the dataset's order; None: all)."""
     root = Path(data)
     if max_tasks is not None and max_tasks < 1:
         raise TaskError(f"Expected max_tasks >= 1 (None for all tasks) but got "
@@ -71,6 +73,8 @@ def load_tasks(data: str | Path, split: str = "test", kinds: tuple[str, ...] = K
         seen: set[str] = set()
         kept: list[EvalTask] = []
         for row in _rows(path, splits[split]):
+            if families is not None and row["family"] not in families:
+                continue
             start = row.get("start_script") if kind == "refinement" else None
             key = row["workload"] + "\0" + (start or "")
             if key in seen:
