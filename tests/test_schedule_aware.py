@@ -121,6 +121,23 @@ def test_a_tile_has_as_many_factors_as_metaschedule_gives_it():
         assert admits(narrowed, "tile j [2, 4, 4, 4] -> j0, j1, j2, j3\n")
 
 
+def test_statements_that_change_nothing_metaschedule_never_writes_are_refused():
+    """`loops root` binds nothing; a tiling structure on the root block tiles nothing.  Neither
+    is in any of the kept corpus' scripts; a model padded its scripts with both."""
+    wl = workload("matmul(m=128,n=128,k=128)")
+    live = LiveSchedule(wl, "llvm")
+    for line in ['block "C" -> C', 'block "root" -> root']:
+        live.step(line)
+    lark = statement_grammar(live, postproc_set="llvm",
+                             annotations=annotation_keys(wl, "llvm", "llvm"),
+                             annotation_values=annotation_values(wl, "llvm", "llvm"),
+                             annotation_targets=annotation_targets(wl, "llvm", "llvm"))
+    assert admits(lark, "loops C -> i, j, k\n") and not admits(lark, "loops root\n")
+    assert admits(lark, 'annotate C tiling_structure="SSRSRS"\n')
+    assert not admits(lark, 'annotate root tiling_structure="SSRSRS"\n')
+    assert admits(lark, "annotate root parallel=32\n")
+
+
 @pytest.mark.parametrize("spec,target,rules", CASES)
 def test_metaschedule_scripts_are_admitted_statement_by_statement(spec, target, rules):
     assert walk(spec, target, rules, 3) > 20

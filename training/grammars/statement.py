@@ -11,15 +11,16 @@ built here from that state.  It admits, in canonical layout:
 - ``block "NAME"`` for the blocks the module has now (cache blocks included) that no name in
   scope holds yet: fetching a block again changes nothing, and MetaSchedule's scripts never
   do it before ``postproc`` (the RL model learned to pad its scripts with such lines);
-- ``loops B`` binding exactly the loops B has; ``consumers``/``producers``/``children``
-  binding exactly the blocks TVM returns;
+- ``loops B`` binding exactly the loops B has, and only for a block that has loops;
+  ``consumers``/``producers``/``children`` binding exactly the blocks TVM returns;
 - ``tile L [..]`` with as many factors as MetaSchedule's design space tiles a loop of the
   kernel into (``tile_lengths``; else 2 to 5), whose product is L's current extent, and
   never of a loop that a tile or split made (MetaSchedule never tiles a piece again);
 - buffer indices within the block's reads (``cache_read``) or writes (``cache_write``,
   ``set_scope``);
 - ``sample_categorical`` over the candidate lists MetaSchedule's rules offer for the workload
-  and target, with an index inside the list, and ``annotate`` with the keys those rules write;
+  and target, with an index inside the list, and ``annotate`` with the keys those rules write
+  (``tiling_structure`` only on a block with loops: MultiLevelTiling reads it to tile one);
 - ``postproc auto SET`` for the target's postprocessor set, and only as the last statement.
 
 Statements MetaSchedule rarely writes before ``postproc`` (``tensorize``, ``transform_layout``,
@@ -158,7 +159,8 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                      f'{_lit(live.expected_results("block", b)[0])}' for b in unbound))
     for b in blocks:
         loop_names = live.expected_results("loops", b)
-        r.stmt(_lit(f"loops {b}" + (" -> " + ", ".join(loop_names) if loop_names else "")))
+        if loop_names:  # `loops B` of a block without loops binds nothing and changes nothing
+            r.stmt(_lit(f"loops {b} -> " + ", ".join(loop_names)))
         for op in ("consumers", "producers", "children"):
             try:
                 n = len(live.related(op, b))
@@ -209,6 +211,11 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                 if "var" in texts and vref:
                     options.append(vref)
                 on = _annotated(k, annotation_targets, bref, lref, anyref)
+                if k == "tiling_structure" and on == bref:
+                    # read by MultiLevelTiling on the block it tiles: a block without loops
+                    # (the root) is never tiled, and MetaSchedule never annotates one
+                    looped = [b for b in blocks if live.loops(b)]
+                    on = r.add("tiledref", _alts(_lit(b) for b in looped)) if looped else None
                 if options and on:
                     r.stmt(f'"annotate " {on} {_lit(" " + k + "=")} {_alts(options)}')
         else:
