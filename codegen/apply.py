@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import dragon_dsl
 
-from .targets import as_module
+from .targets import schedule_of
 
 if TYPE_CHECKING:
     from .targets import TargetLike
@@ -33,8 +33,7 @@ def apply(script: str, workload: WorkloadLike, target: TargetLike = "llvm"):
 
 def apply_trace(trace, workload: WorkloadLike):
     """The workload scheduled by a TVM Trace (as MetaSchedule replays a record)."""
-    from tvm.s_tir.schedule import Schedule
 
-    sch = Schedule(as_module(workload))
+    sch = schedule_of(workload)
     trace.apply_to_schedule(sch, remove_postproc=False)
     return sch.mod

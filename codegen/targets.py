@@ -17,6 +17,7 @@ from dragon_dsl.tvm_support import (
     as_target,
     import_tensor_intrinsics,
     native_log,
+    schedule_of,
     tvm_message,
 )
 
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
     TargetLike: TypeAlias = tvm.target.Target | str | dict[str, Any]
 
 __all__ = ["RULE_SETS", "TARGETS", "TargetError", "as_module", "as_target", "default_rules",
-           "import_tensor_intrinsics", "native_log", "postproc_set", "schedule_rules",
-           "target_dict", "tvm_message"]
+           "import_tensor_intrinsics", "native_log", "postproc_set", "schedule_of",
+           "schedule_rules", "target_dict", "tvm_message"]
 
 # Rule set name -> postprocessor set name (Postproc.create kind).
 RULE_SETS: dict[str, str] = {

@@ -252,10 +252,9 @@ def to_schedule(text: str | bytes | Program, *, workload: Any, target: Any = "ll
     >>> sch.get(sch.get_sblock("B")).name_hint
     'B'
     """
-    from tvm.s_tir.schedule import Schedule
 
     from .replay import apply_insts, regenerate_postproc
-    from .tvm_support import as_module
+    from .tvm_support import schedule_of
 
     program, decoded = _decode(text, limits)
     trace = _build(decoded.insts)
@@ -264,7 +263,7 @@ def to_schedule(text: str | bytes | Program, *, workload: Any, target: Any = "ll
         return sch
     try:
         full = regenerate_postproc(trace, workload, target, decoded.postproc_set)
-        sch = Schedule(as_module(workload))
+        sch = schedule_of(workload)
         full.apply_to_schedule(sch, remove_postproc=False)
     except DragonError:
         raise

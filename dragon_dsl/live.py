@@ -27,7 +27,7 @@ from .ast import Program, Ref, Stmt
 from .codec import _Decoder, _Namer
 from .errors import DragonError, DslSemanticError
 from .tvm_bridge import OUTPUT_TYPES, Inst, value_to_tvm
-from .tvm_support import as_module, tvm_message
+from .tvm_support import as_module, schedule_of, tvm_message
 
 __all__ = ["LiveSchedule", "Loop", "apply_script", "output_kind"]
 
@@ -62,11 +62,10 @@ class LiveSchedule:
     """
 
     def __init__(self, workload: Any, target: Any = None, *, source: str | None = None) -> None:
-        from tvm.s_tir.schedule import Schedule
 
         self.mod = as_module(workload)
         self.target = target
-        self.sch = Schedule(self.mod, error_render_level="detail")
+        self.sch = schedule_of(self.mod, error_render_level="detail")
         self.rvs: dict[str, Any] = {}     # script name -> the schedule's random variable
         self.kinds: dict[str, str] = {}   # script name -> "block", "loop" or "var"
         self.postproc_set: str | None = None

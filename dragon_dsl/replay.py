@@ -7,7 +7,7 @@ from typing import Any
 
 from .errors import DragonError, DslSemanticError, TraceError
 from .tvm_bridge import Inst, plain_json, value_from_tvm
-from .tvm_support import as_module, as_target, import_tensor_intrinsics, tvm_message
+from .tvm_support import as_module, as_target, import_tensor_intrinsics, schedule_of, tvm_message
 
 __all__ = ["apply_insts", "loop_names_of", "plain_json", "regenerate_postproc",
            "replay_exactly", "replay_tvm_json"]
@@ -23,11 +23,10 @@ def _locate(inst: Inst, lines: list[str], message: str) -> DslSemanticError:
 def apply_insts(insts: list[Inst], trace, workload: Any, source: str | None = None):
     """Apply a decoded trace to a fresh schedule of the workload; a refusal becomes a
     DslSemanticError at the statement that caused it.  Returns the Schedule."""
-    from tvm.s_tir.schedule import Schedule
 
     lines = (source or "").split("\n")
     mod = as_module(workload)
-    sch = Schedule(mod, error_render_level="detail")  # debug checks off, as in MetaSchedule
+    sch = schedule_of(mod, error_render_level="detail")  # debug checks off, as in MetaSchedule
     position = {"index": -1}
     found: list[DslSemanticError] = []
 
@@ -63,9 +62,8 @@ def apply_insts(insts: list[Inst], trace, workload: Any, source: str | None = No
 def loop_names_of(trace, workload: Any) -> dict[int, list[str]] | None:
     """For each GetLoops instruction (by index), the names its loops have in the workload at
     that point of the schedule; None when the trace does not replay."""
-    from tvm.s_tir.schedule import Schedule
 
-    sch = Schedule(as_module(workload))
+    sch = schedule_of(workload)
     names: dict[int, list[str]] = {}
     position = {"index": -1}
 
@@ -117,10 +115,9 @@ def replay_exactly(trace, workload: Any) -> dict[int, list[str]]:
     """Replay a Trace on the workload and check that it replays exactly: TraceError naming the
     first instruction that TVM refuses or whose decision it changes.  Returns, for each
     GetLoops instruction (by index), the names its loops have in the workload."""
-    from tvm.s_tir.schedule import Schedule
 
     _needs_intrinsics({str(inst.kind.name) for inst in trace.insts})
-    sch = Schedule(as_module(workload))
+    sch = schedule_of(workload)
     position = {"index": -1}
 
     def provider(inst, inputs, attrs, decision):
@@ -143,7 +140,7 @@ def replay_tvm_json(data, workload: Any):
     """The Trace that TVM's own trace JSON (a MetaSchedule database record, with plain numbers)
     stands for: TVM's replay on the workload gives the values their types.  The replay must be
     exact: TraceError naming the first instruction TVM refuses or whose decision it changes."""
-    from tvm.s_tir.schedule import Schedule, Trace
+    from tvm.s_tir.schedule import Trace
 
     from .tvm_bridge import json_preview
 
@@ -156,7 +153,7 @@ def replay_tvm_json(data, workload: Any):
     mod = as_module(workload)
 
     def replay(insts):
-        sch = Schedule(mod)
+        sch = schedule_of(mod)
         Trace.apply_json_to_schedule([insts, [d for d in data[1] if isinstance(d, list)
                                               and d and isinstance(d[0], int)
                                               and d[0] < len(insts)]], sch)
@@ -229,7 +226,6 @@ def regenerate_postproc(prefix_trace, workload: Any, target: Any, postproc_set: 
     """Run a postprocessor set on the schedule of the pre-postproc trace, as MetaSchedule does
     after sampling; returns the full trace (prefix, EnterPostproc, postprocessing)."""
     from tvm.s_tir import meta_schedule as ms
-    from tvm.s_tir.schedule import Schedule
 
     mod = as_module(workload)
     tgt = as_target(target)
@@ -239,7 +235,7 @@ def regenerate_postproc(prefix_trace, workload: Any, target: Any, postproc_set: 
         space_generator=ms.space_generator.PostOrderApply(
             sch_rules=[], postprocs=postproc_set, mutator_probs={}),
         task_name="main", num_threads=1)
-    sch = Schedule(mod)
+    sch = schedule_of(mod)
     prefix_trace.apply_to_schedule(sch, remove_postproc=True)
     sch.enter_postproc()
     for postproc in context.space_generator.postprocs:

@@ -20,7 +20,7 @@ from typing import Any
 from .errors import DragonError
 
 __all__ = ["TARGETS", "TargetError", "as_module", "as_target", "import_tensor_intrinsics",
-           "native_log", "tvm_message"]
+           "native_log", "schedule_of", "tvm_message"]
 
 
 class TargetError(DragonError, ValueError):
@@ -39,6 +39,18 @@ def as_module(workload: Any):
         return mod
     raise TypeError(f"Expected an IRModule, PrimFunc or workload but got "
                     f"workload={type(workload).__name__}")
+
+
+def schedule_of(workload: Any, **kwargs: Any):
+    """A ``tvm.s_tir.schedule.Schedule`` of a private copy of the workload's module.  TVM's
+    schedule works on the module it is given in place: annotating the root block, for one,
+    rewrote the caller's module, so that the next script met a kernel with other loops (a
+    sampled script corrupted the workload every later sample and measurement was given)."""
+    import copy
+
+    from tvm.s_tir.schedule import Schedule
+
+    return Schedule(copy.deepcopy(as_module(workload)), **kwargs)
 
 
 # Short target names.  "cuda" is the H100 tag; which rules a search uses is a separate,

@@ -250,3 +250,32 @@ def test_a_refused_record_points_at_its_statement():
     assert (info.value.line, info.value.column) == (2, 1)
     with pytest.raises(dragon_dsl.TraceError, match="'X'"):
         apply_record(sch, Inst("GetLoops", [Ref("X")], [], ["l1"]), env)
+
+
+# A script a model wrote (schedule-aware decoding admitted it; `dragon eval` then refused it on
+# replay): it annotates the root block, which TVM's schedule applies to the module it is given in
+# place, so that before `schedule_of` every later use of the same workload met other loops.
+ROOT_ANNOTATED = '''block "PaddedInput" -> PaddedInput
+block "root" -> root
+annotate root tiling_structure="SSRSRS"
+loops PaddedInput -> i0, i1, i2, i3
+tile i1 [1, 1, 4, 168] -> i10, i11, i12, i13
+postproc auto llvm
+'''
+
+
+def test_applying_a_script_leaves_the_workload_as_it_was():
+    from codegen.apply import apply as codegen_apply
+    from dragon_dsl.live import LiveSchedule
+
+    wl = workload("depthwise_conv2d(h=16,w=16,c=672,kh=5,kw=5,pad=2,layout=NCHW)")
+    before = tvm.ir.save_json(wl.mod)
+    target = {"kind": "llvm", "num-cores": 2}
+    for _ in range(2):  # the second time meets the workload the first left behind
+        dragon_dsl.to_schedule(ROOT_ANNOTATED, workload=wl, target=target)
+        codegen_apply(ROOT_ANNOTATED, wl, target)
+        live = LiveSchedule(wl, target)
+        for line in ROOT_ANNOTATED.splitlines():
+            live.step(line)
+        assert tvm.ir.save_json(wl.mod) == before
+    assert dragon_dsl.check(ROOT_ANNOTATED, workload=wl, target=target) == []

@@ -8,7 +8,7 @@ import time
 
 from dragon_dsl.cli_kit import ExitCode, UsageError, examples
 
-from ..targets import RULE_SETS, default_rules
+from ..targets import RULE_SETS, default_rules, schedule_of
 
 __all__ = ["register", "run_roundtrip"]
 
@@ -19,7 +19,6 @@ def _say(text: str = "") -> None:
 
 def run_roundtrip(spec: str, target: str, rules: str, seed: int) -> int:
     import tvm_ffi
-    from tvm.s_tir.schedule import Schedule
 
     import dragon_dsl
 
@@ -48,7 +47,7 @@ def run_roundtrip(spec: str, target: str, rules: str, seed: int) -> int:
     _say(script)
     decoded = dragon_dsl.to_trace(script, workload=wl, target=target)
     same_json = dragon_dsl.trace_json(decoded) == dragon_dsl.trace_json(trace)
-    a, b = Schedule(wl.mod), Schedule(wl.mod)
+    a, b = schedule_of(wl), schedule_of(wl)
     trace.apply_to_schedule(a, remove_postproc=False)
     decoded.apply_to_schedule(b, remove_postproc=False)
     same_ir = tvm_ffi.structural_equal(a.mod, b.mod)

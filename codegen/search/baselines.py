@@ -39,6 +39,7 @@ from ..targets import (
     as_target,
     default_rules,
     postproc_set,
+    schedule_of,
     schedule_rules,
     tvm_message,
 )
@@ -168,7 +169,6 @@ def _memo_load(path: str, workload: WorkloadLike, tgt) -> BestResult | None:
     """The memoised result, or None on a miss; a file that cannot be used is a warned miss."""
     if not os.path.exists(path):
         return None
-    from tvm.s_tir.schedule import Schedule
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -177,7 +177,7 @@ def _memo_load(path: str, workload: WorkloadLike, tgt) -> BestResult | None:
             raise ValueError(f"version {data.get('version')!r}, expected {_MEMO_VERSION}")
         script = str(data["script"])
         trace = dragon_dsl.to_trace(script, workload=workload, target=tgt)
-        sch = Schedule(as_module(workload))
+        sch = schedule_of(workload)
         trace.apply_to_schedule(sch, remove_postproc=False)
         return BestResult(script=script, latency=float(data["latency"]),
                           trials=int(data["trials_run"]), trace=sch.trace, mod=sch.mod,

@@ -52,6 +52,7 @@ from codegen.targets import (
     default_rules,
     import_tensor_intrinsics,
     postproc_set,
+    schedule_of,
     target_dict,
     tvm_message,
 )
@@ -372,11 +373,11 @@ def _script(line: _Line, wl, tgt, pp_set: str, *,
     (stage, message) saying why not.  ``exact`` (as-is): a replay that changes a decision is
     a failure too, since TVM re-samples a decision that does not fit (a tile whose factors do
     not multiply to the loop's extent) and the record's latency is another schedule's."""
-    from tvm.s_tir.schedule import Schedule, Trace
+    from tvm.s_tir.schedule import Trace
 
     if any(isinstance(inst, list) and inst and inst[0] == "Tensorize" for inst in line.trace[0]):
         import_tensor_intrinsics()   # the intrinsics a Tensorize names must be registered
-    sch = Schedule(wl.mod)
+    sch = schedule_of(wl)
     try:
         Trace.apply_json_to_schedule(line.trace, sch)
     except Exception as exc:  # noqa: BLE001  TVM raises its own error types
