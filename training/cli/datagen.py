@@ -83,11 +83,11 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
     return tasks, settings, chosen
 
 
-def _cheapest(args):
+def _estimated_work(task) -> float:
     """The order of ``--cheapest-first``: a task's estimated work (``work_estimate``)."""
     from training.datagen.tasks import work_estimate
 
-    return lambda task: work_estimate(task.workload, task.target)
+    return work_estimate(task.workload, task.target)
 
 
 def _measure_config(args, chosen):
@@ -156,7 +156,7 @@ def cmd_datagen(args) -> int:
     try:
         report = generate(tasks, out, pool, settings=settings, retry_failed=args.retry_failed,
                           progress=not args.quiet, grow=args.grow,
-                          order=_cheapest(args) if args.cheapest_first else None)
+                          order=_estimated_work if args.cheapest_first else None)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # the disk filled or the folder was taken away during the run
