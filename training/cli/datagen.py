@@ -44,8 +44,9 @@ __all__ = ["register"]
 
 
 
-def _tasks(args) -> tuple[list, dict[str, Any], Any]:
-    """The run's tasks, the settings that define the run, and its preset."""
+def _tasks(args) -> tuple[list, dict[str, Any], Any, list[str], str]:
+    """The run's tasks, the settings that define the run, its preset, the specs appended to it
+    and what this command's ``--append`` added (``_with_appended``)."""
     chosen = PRESETS[args.preset] if args.preset else None
     try:  # the preset's search settings under the flags given
         search = layered(SearchConfig, {n: p.search for n, p in PRESETS.items()}, args.preset,
@@ -70,6 +71,7 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
         raise UsageError("name the workloads: --preset, --workload SPEC or --sample N")
     if args.limit:
         specs = specs[:args.limit]
+    specs, appended, note = _with_appended(args, specs)
     if args.grow is not None and args.grow < 0:
         raise UsageError(f"Expected --grow >= 0 but got --grow {args.grow}")
     time_limit = args.time_limit_s or (chosen.time_limit_s if chosen else 1800.0)
@@ -80,7 +82,37 @@ def _tasks(args) -> tuple[list, dict[str, Any], Any]:
     settings = {"preset": args.preset, "target": target_dict(tgt), "rules": rules,
                 "search": dataclasses.asdict(search), "time_limit_s": time_limit,
                 "holdout_families": list(chosen.holdout_families) if chosen else []}
-    return tasks, settings, chosen
+    return tasks, settings, chosen, appended, note
+
+
+def _with_appended(args, specs: list[str]) -> tuple[list[str], list[str], str]:
+    """The command's specs followed by those appended to the run in ``--out`` (earlier
+    ``--append``s, kept in its manifest, then this command's), the appended ones, and what
+    ``--append`` added, to say once the manifest took it."""
+    from codegen.workloads import canonical_spec
+    from training.datagen.generate import appended_specs
+    from training.datagen.tasks import expand_models
+
+    try:
+        specs = [canonical_spec(s) for s in specs]
+    except ValueError as exc:  # WorkloadError
+        raise UsageError(str(exc)) from None
+    try:
+        appended = appended_specs(args.out)
+        new = expand_models(list(args.append or ()))
+    except DataError as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # WorkloadError, or a model spec that names no model
+        raise UsageError(f"--append: {exc}") from None
+    seen = set(specs) | set(appended)
+    added = [s for s in dict.fromkeys(new) if s not in seen]
+    note = ""
+    if args.append:
+        note = (f"--append: {len(added)} workload{'s' * (len(added) != 1)} added to the run's "
+                "list" + (f" ({len(new) - len(added)} of those named were in it already)"
+                          if len(added) < len(new) else ""))
+    appended += added
+    return specs + appended, appended, note
 
 
 def _estimated_work(task) -> float:
@@ -127,7 +159,7 @@ def _pool(args, settings):
 
 def cmd_datagen(args) -> int:
     from dragon_dsl.files import unwritable
-    from training.datagen.generate import generate
+    from training.datagen.generate import check_manifest, generate
     from training.datagen.runner import RunnerSettings
 
     out = args.out
@@ -138,7 +170,7 @@ def cmd_datagen(args) -> int:
         raise UsageError(f"--out {problem}")
     if args.from_database:
         return _from_database(args)
-    tasks, settings, chosen = _tasks(args)
+    tasks, settings, chosen, appended, note = _tasks(args)
     _example_config(args, settings["holdout_families"])
     measure = _measure_config(args, chosen)
     settings["measure"] = measure.fingerprint()
@@ -150,13 +182,20 @@ def cmd_datagen(args) -> int:
                             cache=os.path.join(os.path.abspath(out), "cache.sqlite"),
                             rpc=_rpc(args))
     pool = _pool(args, runner)
+    if note:  # the manifest takes the longer list now, or the run is refused before any search
+        try:
+            check_manifest(out, settings, tasks, appended)
+        except DataError as exc:
+            raise UsageError(str(exc)) from None
+        _say(note)
     print(f"datagen: {len(tasks)} workloads on {settings['target']['kind']} "
           f"({settings['rules']} rules), {settings['search']['trials']} trials each -> {out}",
           file=sys.stderr)
     try:
         report = generate(tasks, out, pool, settings=settings, retry_failed=args.retry_failed,
                           progress=not args.quiet, grow=args.grow,
-                          order=_estimated_work if args.cheapest_first else None)
+                          order=_estimated_work if args.cheapest_first else None,
+                          appended=appended)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # the disk filled or the folder was taken away during the run
@@ -279,6 +318,10 @@ def register(subparsers) -> None:
     p.add_argument("--workload-seed", type=int, default=0,
                    help="seed of the drawn workloads (default: 0)")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N workloads")
+    p.add_argument("--append", action="append", metavar="SPEC",
+                   help="add this workload to the run's list (repeatable; a whole model, "
+                        "'model(name=bert,preset=base)', adds each of its tasks); kept in the "
+                        "run's manifest, so later runs of the same command include it")
     p.add_argument("--target", help="a target tag or JSON (default: the preset's, else llvm)")
     p.add_argument("--rules", help="the MetaSchedule rule set (default: the target's)")
     p.add_argument("--time-limit-s", type=float,

@@ -24,7 +24,7 @@ from training.datagen.records import DataError, RecordStore, TaskSummary
 from training.datagen.runner import TaskResult
 from training.datagen.tasks import Task
 
-__all__ = ["MANIFEST", "RunReport", "check_manifest", "generate"]
+__all__ = ["MANIFEST", "RunReport", "appended_specs", "check_manifest", "generate"]
 
 MANIFEST = "datagen.json"
 MANIFEST_VERSION = 1
@@ -48,25 +48,64 @@ class RunReport:
         return self.records / self.seconds if self.seconds else 0.0
 
 
-def check_manifest(out: str, settings: dict[str, Any], tasks: list[Task]) -> None:
-    """Write ``OUT/datagen.json``, or check that the one there describes the same run."""
+def appended_specs(out: str) -> list[str]:
+    """The workloads ``dragon datagen --append`` added to the run in ``out``, in the order they
+    were added (none for a new run or a run never appended to); a later run of the same command
+    includes them."""
+    found = _read_manifest(os.path.join(out, MANIFEST))
+    return list(found.get("appended", [])) if found else []
+
+
+def _read_manifest(path: str) -> dict[str, Any] | None:
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: not a datagen manifest ({exc})") from None
+    if not isinstance(found, dict) or not isinstance(found.get("appended", []), list):
+        raise DataError(f"{path}: not a datagen manifest (expected an object whose "
+                        "'appended' is a list of workload specs)")
+    return found
+
+
+def check_manifest(out: str, settings: dict[str, Any], tasks: list[Task],
+                   appended: list[str] | None = None) -> None:
+    """Write ``OUT/datagen.json``, or check that the one there describes the same run.
+
+    ``appended``: the specs ``--append`` added to the command's own list (their tasks end
+    ``tasks``).  A manifest whose appended specs and task list are a prefix of these, with the
+    same settings, is the same run appended to again: it is rewritten (atomically) with the
+    longer lists.  Anything else is another run, and refused."""
     path = os.path.join(out, MANIFEST)
     # As JSON reads it back (tuples become lists), so that it compares with the file.
     wanted = json.loads(json.dumps({"version": MANIFEST_VERSION, "settings": settings,
                                     "tasks": [t.key for t in tasks]}))
-    if os.path.exists(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                found = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise DataError(f"{path}: not a datagen manifest ({exc})") from None
-        if found != wanted:
-            changed = sorted(k for k in wanted if found.get(k) != wanted[k])
-            raise DataError(f"{out} holds a datagen run with other {' and '.join(changed)} "
-                            f"({path}); rerun with the same command to continue it, or choose "
-                            f"another --out")
+    if appended:
+        wanted["appended"] = list(appended)
+    found = _read_manifest(path)
+    if found == wanted:
         return
+    if found is not None and not _extends(wanted, found):
+        changed = sorted(k for k in wanted if found.get(k) != wanted[k] and k != "appended")
+        raise DataError(f"{out} holds a datagen run with other {' and '.join(changed)} "
+                        f"({path}); rerun with the same command to continue it, or choose "
+                        f"another --out")
     write_atomic(path, json.dumps(wanted, indent=1, sort_keys=True) + "\n")
+
+
+def _extends(wanted: dict[str, Any], found: dict[str, Any]) -> bool:
+    """Whether ``wanted`` is ``found`` with more tasks appended (same version and settings)."""
+    if {k: v for k, v in found.items() if k not in ("tasks", "appended")} != \
+            {k: v for k, v in wanted.items() if k not in ("tasks", "appended")}:
+        return False
+    old_tasks, old_specs = found.get("tasks", []), found.get("appended", [])
+    new_specs = wanted.get("appended", [])
+    added = len(wanted["tasks"]) - len(old_tasks)   # one task per appended spec, no other
+    return (added > 0 and added == len(new_specs) - len(old_specs)
+            and wanted["tasks"][:len(old_tasks)] == old_tasks
+            and new_specs[:len(old_specs)] == old_specs)
 
 
 def _commit(store: RecordStore, result: TaskResult) -> None:
@@ -80,16 +119,19 @@ def generate(tasks: list[Task], out: str, pool: Any, *, settings: dict[str, Any]
              retry_failed: bool = False, progress: bool = True,
              on_task: Callable[[TaskSummary], None] | None = None,
              grow: int | None = None,
-             order: Callable[[Task], float] | None = None) -> RunReport:
+             order: Callable[[Task], float] | None = None,
+             appended: list[str] | None = None) -> RunReport:
     """Run the tasks of ``tasks`` not yet committed in ``out`` on ``pool`` and commit them;
     ``grow``: only the first ``grow`` of those (a corpus grown by N workloads a run, the run's
     task list unchanged, so that the next run continues it); ``order``: a key that sorts the
     tasks to run, lowest first (stable: ties keep the list's order), e.g. a task's estimated
-    work, so that a corpus grown a few workloads at a time measures the cheap ones first."""
+    work, so that a corpus grown a few workloads at a time measures the cheap ones first;
+    ``appended``: the specs of the tasks ``--append`` added after the command's own (the last
+    ones of ``tasks``), recorded in the manifest (``check_manifest``)."""
     from tqdm.auto import tqdm
 
     os.makedirs(out, exist_ok=True)
-    check_manifest(out, settings or {}, tasks)
+    check_manifest(out, settings or {}, tasks, appended)
     store = RecordStore(out)
     done = store.done()
     todo = [t for t in tasks if t.key not in done

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from codegen.search.tune import SearchConfig
 from codegen.workloads import canonical_spec, sample_workloads
 
-__all__ = ["PRESETS", "Preset", "Task", "family_of", "preset", "tasks_for", "work_estimate"]
+__all__ = ["PRESETS", "Preset", "Task", "expand_models", "family_of", "preset", "tasks_for",
+           "work_estimate"]
 
 
 def family_of(spec: str) -> str:
@@ -131,6 +133,25 @@ def tasks_for(specs: list[str], target: dict[str, Any], rules: str, search: Sear
         if spec not in seen:
             seen.add(spec)
             out.append(Task(spec, target, rules, search, time_limit_s))
+    return out
+
+
+def expand_models(specs: list[str]) -> list[str]:
+    """The specs with each whole model (``model(name=bert,preset=base)``, no ``task=``) replaced
+    by the specs of its distinct tasks, as MetaSchedule extracts them (importing the model: a few
+    seconds each); other specs made canonical.
+
+    >>> expand_models(["model(name=resnet,preset=tiny)"])[:1]  # doctest: +SKIP
+    ['model(name=resnet,preset=tiny,task=0)']
+    """
+    from codegen.workloads.models import extract_tasks, parse_model_spec
+
+    out: list[str] = []
+    for spec in specs:
+        if family_of(spec) == "model" and not re.search(r"[(,]\s*task\s*=", spec):
+            out.extend(t.spec for t in extract_tasks(**parse_model_spec(spec, task=False)))
+        else:
+            out.append(canonical_spec(spec))
     return out
 
 
