@@ -281,3 +281,15 @@ def test_postproc_auto_comes_last():
     assert not accepts(narrow, "postproc auto llvm\nloops C -> i\n")
     with pytest.raises(dragon_dsl.DragonError, match="nothing may follow"):
         dragon_dsl.to_trace("postproc auto llvm\nloops C -> i\n")
+
+
+def test_tile_lengths_are_written_once_per_space_and_never_shared(monkeypatch):
+    from training.grammars.constraints import tile_lengths
+
+    first = tile_lengths(workload("matmul(m=16,n=16,k=16)"))
+    monkeypatch.setattr(dragon_dsl, "from_trace",
+                        lambda *a, **k: pytest.fail("the design spaces were written again"))
+    again = tile_lengths(workload("matmul(m=16,n=16,k=16)"))   # a new object, the same kernel
+    assert again == first == {"i": (4,), "j": (4,), "k": (2,)}
+    again["i"] = (9,)                                          # the caller's copy only
+    assert tile_lengths(workload("matmul(m=16,n=16,k=16)")) == first

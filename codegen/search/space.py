@@ -8,7 +8,8 @@ rule set's postprocessors.
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..targets import as_target, import_tensor_intrinsics, postproc_set, schedule_rules
 
@@ -43,6 +44,15 @@ class SearchSpace:
         )
         self.spaces = list(self.context.generate_design_space())
         self.postprocs = list(self.context.space_generator.postprocs)
+        self._derived: dict[str, Any] = {}
+
+    def derived(self, name: str, compute: Callable[[SearchSpace], Any]) -> Any:
+        """``compute(self)``, computed once for this space under ``name``: what a reader derives
+        from the design spaces (the candidate lists of categorical decisions, the tile lengths
+        of each loop), which never change.  The value is shared: return it immutable, or copy."""
+        if name not in self._derived:
+            self._derived[name] = compute(self)
+        return self._derived[name]
 
     def sample(self, seed: int):
         """One trace with fresh decisions, post-processed (None when a postprocessor rejects)."""

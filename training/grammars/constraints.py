@@ -87,6 +87,10 @@ def categorical_lists(workload: WorkloadLike, target: TargetLike = "llvm",
         space = search_space(workload.mod, target, rules or default_rules(target))
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
         return None
+    return space.derived("categorical_lists", _categorical_lists)
+
+
+def _categorical_lists(space) -> tuple[tuple[int, ...], ...]:
     lists = [tuple(int(v) for v in inst.attrs[0]) for design in space.spaces
              for inst in design.trace.insts if inst.kind.name == "SampleCategorical"]
     return tuple(dict.fromkeys(lists))
@@ -99,13 +103,16 @@ def annotation_values(workload: WorkloadLike, target: TargetLike = "llvm",
     sampled variable), read from the design spaces' ``Annotate`` instructions.  Schedule-aware
     sampling admits only these: an arbitrary ``vectorize=999999`` makes MetaSchedule's own
     postprocessors exhaust the memory.  None when no design space can be generated."""
-    import tvm
-
-
     try:
         space = search_space(workload.mod, target, rules or default_rules(target))
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
         return None
+    return dict(space.derived("annotation_values", _annotation_values))
+
+
+def _annotation_values(space) -> dict[str, tuple[str, ...]]:
+    import tvm
+
     values: dict[str, list[str]] = {}
     for design in space.spaces:
         for inst in design.trace.insts:
@@ -139,12 +146,16 @@ def annotation_targets(workload: WorkloadLike, target: TargetLike = "llvm",
     >>> annotation_targets(workload("matmul(m=16,n=16,k=16)"))["parallel"]
     ('block',)
     """
-    from tvm.s_tir.schedule import LoopRV
-
     try:
         space = search_space(workload.mod, target, rules or default_rules(target))
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
         return None
+    return dict(space.derived("annotation_targets", _annotation_targets))
+
+
+def _annotation_targets(space) -> dict[str, tuple[str, ...]]:
+    from tvm.s_tir.schedule import LoopRV
+
     found: dict[str, list[str]] = {}
     for design in space.spaces:
         for inst in design.trace.insts:
@@ -169,14 +180,22 @@ def tile_lengths(workload: WorkloadLike, target: TargetLike = "llvm",
     >>> tile_lengths(workload("matmul(m=16,n=16,k=16)"))
     {'i': (4,), 'j': (4,), 'k': (2,)}
     """
-    import dragon_dsl
-    from codegen.targets import postproc_set
-
     rules = rules or default_rules(target)
     try:
         space = search_space(workload.mod, target, rules)
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
         return None
+    # Keyed by the loops' names too: spaces are shared by structure, and names are not structure.
+    names = ",".join(sorted(kernel_loops(workload)[1]))
+    found = space.derived(f"tile_lengths {names}", lambda s: _tile_lengths(s, workload, rules))
+    return dict(found) if found is not None else None
+
+
+def _tile_lengths(space, workload: WorkloadLike, rules: str) -> dict[str, tuple[int, ...]] | None:
+    """Written once per space: writing every design space as a script is not cheap."""
+    import dragon_dsl
+    from codegen.targets import postproc_set
+
     found: dict[str, set[int]] = {}
     for design in space.spaces:
         try:
@@ -206,6 +225,10 @@ def annotation_keys(workload: WorkloadLike, target: TargetLike = "llvm",
         space = search_space(workload.mod, target, rules or default_rules(target))
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
         return None
+    return space.derived("annotation_keys", _annotation_keys)
+
+
+def _annotation_keys(space) -> tuple[str, ...]:
     keys = [annotation_key_text(str(inst.attrs[0])) for design in space.spaces
             for inst in design.trace.insts if inst.kind.name in ("Annotate", "Unannotate")]
     return tuple(dict.fromkeys(keys))
