@@ -76,3 +76,6 @@ def test_bad_appends_and_a_damaged_manifest_are_named(tmp_path, dragon_cmd):
     done = dragon_cmd([*BASE, "--out", str(out)])
     assert done.returncode == 2 and "datagen.json: not a datagen manifest" in done.stderr
     assert "Traceback" not in done.stderr
+    done = dragon_cmd(["datagen", "--from-database", str(tmp_path), "--out", str(tmp_path / "d"),
+                       "--append", "reduce(m=16,n=32)"])
+    assert done.returncode == 2 and "--append adds workloads to a search run" in done.stderr

@@ -169,6 +169,9 @@ def cmd_datagen(args) -> int:
     if problem:
         raise UsageError(f"--out {problem}")
     if args.from_database:
+        if args.append:
+            raise UsageError("--append adds workloads to a search run; --from-database imports "
+                             "the workloads its database holds")
         return _from_database(args)
     tasks, settings, chosen, appended, note = _tasks(args)
     _example_config(args, settings["holdout_families"])
@@ -181,13 +184,13 @@ def cmd_datagen(args) -> int:
     runner = RunnerSettings(measure, builders=builders,
                             cache=os.path.join(os.path.abspath(out), "cache.sqlite"),
                             rpc=_rpc(args))
-    pool = _pool(args, runner)
     if note:  # the manifest takes the longer list now, or the run is refused before any search
         try:
             check_manifest(out, settings, tasks, appended)
         except DataError as exc:
             raise UsageError(str(exc)) from None
         _say(note)
+    pool = _pool(args, runner)
     print(f"datagen: {len(tasks)} workloads on {settings['target']['kind']} "
           f"({settings['rules']} rules), {settings['search']['trials']} trials each -> {out}",
           file=sys.stderr)
