@@ -137,14 +137,15 @@ def metaschedule(spec: str, trials: int, seed: int) -> Side:
 
 def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path: str | None,
            evaluator, share: float, width: int, ablate: str | None = None, transfer: int = 0,
-           corpus: list | None = None) -> Side:
+           corpus: list | None = None, refine_search: int = 0) -> Side:
     """``optimize``: ``transfer`` kernels carried over from ``corpus`` first (at most half the
     budget), then round(share x the rest) from the model's rounds (two rounds, the second
     refining the best so far, when there are at least 4), the rest from the seeded search; the
     candidates in the order timed.  ``ablate`` turns one part off: "ranking" (no
     cost model that has seen search: no ranking of samples, and the search's XGBoost starts
     untrained, as MetaSchedule's), "seeding" (the search starts from random samples, not from
-    the model's scripts) or "model" (the model's rounds cut to one sample)."""
+    the model's scripts) or "model" (the model's rounds cut to one sample).  ``refine_search``:
+    the model's refinements of the best so far between the search's rounds (counted in it)."""
     from codegen.workloads import workload
     from training.optimize.kernel import OptimizeConfig, optimize
     from training.sampling.config import SamplingConfig
@@ -161,7 +162,8 @@ def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path:
     k = from_model // (rounds + 1)
     config = OptimizeConfig(k=k, rounds=rounds, search=rest - k * (rounds + 1),
                             width=max(k, width) if cost_model is not None else None,
-                            seed_search=ablate != "seeding", transfer=carried)
+                            seed_search=ablate != "seeding", transfer=carried,
+                            refine_search=refine_search)
     started = time.perf_counter()
     result = optimize(model, tokenizer, workload(spec), config=config,
                       sampling=SamplingConfig(seed=seed), evaluator=evaluator,
@@ -227,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transfer", type=int, default=8,
                    help="Kernels carried over from the kept corpus (the nearest workloads of "
                         "the family, refitted) timed first, at most half each budget; 0: none.")
+    p.add_argument("--refine-search", type=int, default=0,
+                   help="The model's refinements of the best so far written between the "
+                        "search's rounds (OptimizeConfig.refine_search); 0: none.")
     p.add_argument("--retimes", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ablate", choices=["ranking", "seeding", "model"], default=None,
@@ -271,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
                 theirs = metaschedule(spec, top, args.seed)
             print(f"{spec}: dragon {top} ...", flush=True)
             ours = dragon(spec, top, args.seed, model, tokenizer, cost_model, ev,
-                          args.model_share, args.width, args.ablate, args.transfer, corpus)
+                          args.model_share, args.width, args.ablate, args.transfer, corpus,
+                          args.refine_search)
             runs = {"metaschedule": {top: theirs}, "dragon": {top: ours}}
             if args.separate and args.separate < top:
                 runs["metaschedule"][args.separate] = \
@@ -279,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
                     if earlier is not None else metaschedule(spec, args.separate, args.seed)
                 runs["dragon"][args.separate] = dragon(
                     spec, args.separate, args.seed, model, tokenizer, cost_model, ev,
-                    args.model_share, args.width, args.ablate, args.transfer, corpus)
+                    args.model_share, args.width, args.ablate, args.transfer, corpus,
+                    args.refine_search)
             entry = {"workload": spec, "curves": []}
             for n in args.budgets:
                 scripts = {"dragon": ours.best_of_first(n)[0],

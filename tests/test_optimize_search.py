@@ -115,16 +115,24 @@ class _Search:
 
     def __init__(self, proposals, per_round=2):
         self.proposals, self.per_round, self.calls = proposals, per_round, []
+        self.handed: list[list] = []
 
-    def __call__(self, workload, target, evaluator, config, *, cost_model=None, seeds=()):
+    def __call__(self, workload, target, evaluator, config, *, cost_model=None, seeds=(),
+                 between=None):
         from codegen.search.tune import Round
 
         self.calls.append(SimpleNamespace(trials=config.trials, cost_model=cost_model,
-                                          seeds=list(seeds)))
-        todo = self.proposals[:config.trials]
-        for index in range(0, len(todo), self.per_round):
-            scripts = todo[index:index + self.per_round]
+                                          seeds=list(seeds), per_round=config.per_round))
+        todo, measured, index = list(self.proposals), 0, 0
+        while todo and measured < config.trials:
+            scripts = todo[:min(self.per_round, config.trials - measured)]
+            todo = todo[len(scripts):]
             yield Round(index, scripts, evaluator.evaluate(workload, scripts), 0.0)
+            measured, index = measured + len(scripts), index + 1
+            if between is not None and measured < config.trials:
+                given = list(between(config.trials - measured))
+                self.handed.append(given)
+                measured += len(given)
 
 
 def test_the_search_starts_from_every_script_timed_and_its_kernels_count(samples_all,
@@ -271,7 +279,8 @@ def test_a_search_that_fails_keeps_what_it_timed_and_says_why(samples_all, monke
     mutators cannot take); what was timed before is kept and the winner is still found."""
     import codegen.search.tune as tune
 
-    def failing(workload, target, evaluator, config, *, cost_model=None, seeds=()):
+    def failing(workload, target, evaluator, config, *, cost_model=None, seeds=(),
+                between=None):
         from codegen.search.tune import Round
 
         yield Round(0, SCRIPTS[4:6], evaluator.evaluate(workload, SCRIPTS[4:6]), 0.0)
@@ -322,3 +331,37 @@ def test_transfer_defaults_to_the_kept_corpus_where_it_serves_the_target(argv, k
     args = build_parser().parse_args(["optimize", *argv])
     whole = is_whole_model(args.workload)
     assert transfer_count(args.transfer, args.corpus, kind, whole) == carried
+
+
+def test_the_model_refines_the_best_between_the_search_rounds(monkeypatch):
+    import codegen.search.tune as tune
+    import training.sampling.schedule_aware as aware
+
+    prompts = []
+    refinements = iter([SCRIPTS[4], SCRIPTS[7]])   # the first is the fastest of all
+
+    def sample(model, tok, prompt, wl, target, config):
+        prompts.append(prompt)
+        texts = SCRIPTS[:2] if len(prompts) == 1 else [next(refinements)]
+        return [SimpleNamespace(text=t) for t in texts]
+
+    monkeypatch.setattr(aware, "sample_schedule_aware", sample)
+    fake = _Search([SCRIPTS[2], SCRIPTS[3], SCRIPTS[5], SCRIPTS[6]])
+    monkeypatch.setattr(tune, "search", fake)
+    ev = _Evaluator()
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=2, rounds=0, search=6,
+                                                              refine_search=1),
+                      evaluator=ev, start=_start(ev))
+    [call] = fake.calls
+    assert call.trials == 6 and call.per_round == 2       # max(2 x 1, 6 // 4)
+    # Between the search's rounds: one refinement each, handed in measured, counted.
+    assert [[s for s, _ in given] for given in fake.handed] == [[SCRIPTS[4]], [SCRIPTS[7]]]
+    assert [r.prompt for r in result.rounds] == ["construction", "search", "refine", "search",
+                                                 "refine"]
+    assert sum(r.measured for r in result.rounds[1:]) == 6
+    assert result.measurements == 2 + 2 + 6 + 3
+    # Each refinement prompt shows the fastest kernel so far: after the first, SCRIPTS[4].
+    assert SCRIPTS[1].strip() in prompts[1] and SCRIPTS[4].strip() in prompts[2]
+    assert result.best.script == SCRIPTS[4] and result.best.source == "refine"
+    with pytest.raises(ValueError, match="refine_search >= 0"):
+        OptimizeConfig(refine_search=-1)

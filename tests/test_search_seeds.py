@@ -195,3 +195,40 @@ def test_a_seed_that_would_crash_metaschedule_s_mutators_stays_out_of_its_databa
         assert len(found) == 16 and planted not in found and good.script not in found
         db = ms.database.JSONDatabase(work_dir=str(work), module_equality="structural")
         assert len(db) == 1 + 16                           # the good seed and the search's
+
+
+def test_scripts_handed_in_between_rounds_join_the_database_and_count_as_trials(
+        datagen_dir, llvm2_evaluator, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from codegen.measure import Outcome, Status
+    from training.datagen.records import RecordStore
+
+    wl = workload(SPEC)
+    kept = [r.script for r in RecordStore(str(datagen_dir)).all_records()
+            if r.workload == SPEC and r.status == "correct"][:2]
+    handed, asked = [], []
+
+    def between(left):
+        asked.append(left)
+        if not kept:
+            return []
+        script = kept.pop(0)
+        [outcome] = llvm2_evaluator.evaluate(wl, [script])
+        handed.append((script, outcome))
+        return [(script, outcome)]
+
+    cost = _Recording()
+    rounds = list(search(wl, llvm2_evaluator.target, llvm2_evaluator,
+                         SearchConfig(trials=8, per_round=3, population=32, seed=1),
+                         work_dir=str(tmp_path), cost_model=cost, between=between))
+    timed = sum(len(r.outcomes) for r in rounds)
+    assert len(handed) == 2 and all(o.status is Status.CORRECT for _, o in handed)
+    assert timed + len(handed) == 8                      # what was handed in counts
+    assert asked[0] == 8 - len(rounds[0].outcomes)       # told the trials left
+    assert not {s for s, _ in handed} & {s for r in rounds for s in r.scripts}
+    # Taught to the cost model and committed to TVM's database beside the search's records.
+    assert [len(t) for t in cost.taught].count(1) >= 2
+    db = ms.database.JSONDatabase(work_dir=str(tmp_path), module_equality="structural")
+    assert len(db) == 8
+    assert isinstance(handed[0][1], Outcome)

@@ -18,13 +18,18 @@ the cost model learns from them before it ranks anything.  A seed the search pro
 answered with its recorded result, never timed again (``trials`` counts kernels timed).
 ``cost_model`` replaces the model ``SearchConfig.cost_model`` names, for a cost model that has
 already seen search (``codegen.search.cost_model``).
+
+Between rounds, ``between(left)`` may measure scripts of its own (say a model's refinements of
+the best kernel so far) and hand them in: they are committed to the database as seeds are, so
+the next round's population starts from the best of them and MetaSchedule's mutators vary
+them, the cost model learns from them, and they count against ``trials``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -220,13 +225,17 @@ def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
 
 def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | None = None, *,
            rules: str | None = None, work_dir: str | None = None, cost_model: Any = None,
-           seeds: Sequence[tuple[str, Outcome]] = ()) -> Iterator[Round]:
+           seeds: Sequence[tuple[str, Outcome]] = (),
+           between: Callable[[int], Sequence[tuple[str, Outcome]]] | None = None
+           ) -> Iterator[Round]:
     """Run MetaSchedule's evolutionary search on ``workload``, measuring with ``evaluator``
     (a ``codegen.measure.Evaluator`` for ``target``); yields each round as it is measured.
 
     ``seeds`` are scripts measured before the search (not counted in ``config.trials``), and
     ``cost_model`` a MetaSchedule cost model to use instead of a new one (it is updated in
-    place: it keeps learning from every kernel the search times).
+    place: it keeps learning from every kernel the search times).  ``between(left)``, called
+    after each round with the trials left, returns scripts it measured itself (at most
+    ``left``): committed like seeds, and counted as trials.
 
     >>> from codegen.measure import Evaluator
     >>> from codegen.workloads import workload
@@ -266,7 +275,10 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
     # MetaSchedule counts a seed it proposes again as a trial; each is proposed at most once.
     replayed = _seed(ctx, database, entry, args_info, cost_model, workload, tgt, seeds, known,
                      shapes)
-    ctx.pre_tuning(max_trials=config.trials + replayed, num_trials_per_iter=config.per_round,
+    # What ``between`` hands in may be proposed again too: room for as many re-proposals.
+    headroom = config.trials if between is not None else 0
+    ctx.pre_tuning(max_trials=config.trials + replayed + headroom,
+                   num_trials_per_iter=config.per_round,
                    design_spaces=design_spaces, database=database,
                    cost_model=cost_model)
     measured, index, empty = 0, 0, 0
@@ -303,6 +315,11 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
             if new:
                 yield Round(index, scripts, outcomes, time.perf_counter() - start)
                 index += 1
+            if between is not None and measured < config.trials:
+                given = list(between(config.trials - measured))[:config.trials - measured]
+                _seed(ctx, database, entry, args_info, cost_model, workload, tgt, given, known,
+                      shapes)
+                measured += len(given)
     finally:
         ctx.post_tuning()
 

@@ -111,7 +111,9 @@ def format_report(result, out: str | None) -> str:
     best = result.best
     origin = {"sample": f"round {best.round}",
               "search": f"MetaSchedule's search, round {best.round}",
-              "corpus": "carried over from the corpus"}.get(
+              "corpus": "carried over from the corpus",
+              "refine": f"the model's refinement between the search's rounds, round "
+                        f"{best.round}"}.get(
         best.source, "the given script: no sampled script was faster")
     lines += ["", f"best script ({origin}):", best.script.rstrip(), "",
               "re-timed together:"]

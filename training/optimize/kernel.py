@@ -22,7 +22,9 @@ With a cost model (``codegen.search.cost_model``, one that has seen search), eac
 kernel timed.  After the model's rounds, ``search`` more kernels go to MetaSchedule's
 evolutionary search, which starts from every script the model timed (its initial population
 holds the best of them) and ranks with the same cost model: the model proposes, the cost
-model ranks, the search refines.
+model ranks, the search refines.  With ``refine_search`` r, the model also writes r
+refinements of the fastest kernel so far after each of the search's rounds, which join the
+search's database: one more mutator of the population's best.
 
 >>> with Evaluator("llvm", cache=False) as ev:                                 # doctest: +SKIP
 ...     result = optimize(model, tokenizer, workload("softmax(m=32,n=64)"),
@@ -82,6 +84,11 @@ class OptimizeConfig:
         "help": "Kernels timed by MetaSchedule's evolutionary search after the model's "
                 "rounds, starting from every script the model timed and ranking with the "
                 "cost model (0: no search)."})
+    refine_search: int = field(default=0, metadata={
+        "help": "Scripts the model writes between the search's rounds, from the refinement "
+                "prompt of the fastest kernel so far: the model as one more mutator of the "
+                "population's best (they join the search's database, so its next population "
+                "starts from them); counted in search (0: none)."})
     seed_search: bool = field(default=True, metadata={
         "help": "Start the search from every script the model timed (committed to its "
                 "database and taught to its cost model first); off: from random samples, as "
@@ -106,6 +113,9 @@ class OptimizeConfig:
             raise ValueError(f"Expected width >= k ({self.k}) but got width={self.width}")
         if not self.search >= 0:
             raise ValueError(f"Expected search >= 0 but got search={self.search}")
+        if not self.refine_search >= 0:
+            raise ValueError(f"Expected refine_search >= 0 but got "
+                             f"refine_search={self.refine_search}")
         if not self.transfer >= 0:
             raise ValueError(f"Expected transfer >= 0 but got transfer={self.transfer}")
         if self.budget is not None and not self.budget >= 1:
@@ -119,7 +129,8 @@ class Candidate:
     script: str
     outcome: Any               # codegen.measure.Outcome
     round: int                 # the round that first wrote it (0 for the script to refine)
-    source: str = "sample"     # "sample", "given" (the script to refine), "corpus" or "search"
+    source: str = "sample"     # "sample", "given" (the script to refine), "corpus", "search"
+                               # or "refine" (the model's, between the search's rounds)
 
     @property
     def latency_s(self) -> float | None:
@@ -136,7 +147,8 @@ class Round:
 
     index: int
     prompt: str                    # "construction", "refinement", "corpus" (scripts carried
-                                   # over) or "search" (MetaSchedule's)
+                                   # over), "search" (MetaSchedule's) or "refine" (the model's
+                                   # refinements between the search's rounds)
     prompt_latency_s: float | None  # the latency the refinement prompt gave
     attempts: int                  # scripts sampled
     measured: int                  # distinct scripts measured for the first time
@@ -434,8 +446,6 @@ class _Search:
     def run(self, progress: bool, label: str = "") -> None:
         from tqdm.auto import tqdm
 
-        from training.sampling.schedule_aware import sample_schedule_aware
-
         total = self.config.k * (self.config.rounds + 1)
         offset = len(self.rounds)  # after the corpus round, when there was one
         with tqdm(total=total, unit="script", desc=label or "optimize", disable=not progress,
@@ -445,32 +455,42 @@ class _Search:
                 if left < 1:
                     self.stopped = "budget"
                     break
-                kind, prompt, prompt_latency = self._prompt()
                 n = int(min(self.config.k, left))
-                width = max(n, self.config.width or n)
-                bar.set_description(f"{label}round {index}: sampling {width}")
-                config = replace(self.sampling, n=width, seed=self.sampling.seed + index)
-                samples = sample_schedule_aware(self.model, self.tokenizer, prompt,
-                                                self.workload, self.target, config)
-                texts = [_canonical(s.text) for s in samples]
-                new = self._ranked([t for t in dict.fromkeys(texts) if t not in self.seen], n)
-                bar.set_description(f"{label}round {index}: measuring {len(new)}")
-                outcomes = self.evaluator.evaluate(self.workload, new) if new else []
-                for text, outcome in zip(new, outcomes, strict=True):
-                    self.seen[text] = Candidate(text, outcome, offset + index)
-                self.account.spend(len(new))
-                self._learn(new, outcomes)
-                mine = [self.seen[t] for t in texts if t in self.seen]
-                latencies = [c.latency_s for c in mine if c.latency_s is not None]
-                best = self.best()
-                self.rounds.append(Round(
-                    offset + index, kind, prompt_latency, len(samples), len(new), len(latencies),
-                    min(latencies) if latencies else None,
-                    best.outcome.latency_s if best else None))
+                bar.set_description(f"{label}round {index}: sampling")
+                samples, _ = self._sample_round(offset + index, n, self.sampling.seed + index)
                 bar.update(len(samples))
+                best = self.best()
                 if best is not None:
                     bar.set_postfix_str(f"best {best.outcome.latency_s * 1e6:.1f} us")
             bar.set_description(label or "optimize")
+
+    def _sample_round(self, index: int, n: int, seed: int, kind: str | None = None
+                      ) -> tuple[list, list[tuple[str, Any]]]:
+        """One round: ``width`` samples from the prompt of the best so far, the ``n`` distinct
+        new ones the cost model ranks first measured, the round recorded (as ``kind``, else
+        the prompt's); the samples, and the scripts measured with their outcomes."""
+        from training.sampling.schedule_aware import sample_schedule_aware
+
+        prompt_kind, prompt, prompt_latency = self._prompt()
+        width = max(n, self.config.width or n)
+        config = replace(self.sampling, n=width, seed=seed)
+        samples = sample_schedule_aware(self.model, self.tokenizer, prompt, self.workload,
+                                        self.target, config)
+        texts = [_canonical(s.text) for s in samples]
+        new = self._ranked([t for t in dict.fromkeys(texts) if t not in self.seen], n)
+        outcomes = self.evaluator.evaluate(self.workload, new) if new else []
+        source = "refine" if kind == "refine" else "sample"
+        for text, outcome in zip(new, outcomes, strict=True):
+            self.seen[text] = Candidate(text, outcome, index, source)
+        self.account.spend(len(new))
+        self._learn(new, outcomes)
+        mine = [self.seen[t] for t in texts if t in self.seen]
+        latencies = [c.latency_s for c in mine if c.latency_s is not None]
+        best = self.best()
+        self.rounds.append(Round(
+            index, kind or prompt_kind, prompt_latency, len(samples), len(new), len(latencies),
+            min(latencies) if latencies else None, best.outcome.latency_s if best else None))
+        return samples, [(t, self.seen[t].outcome) for t in new]
 
     def _ranked(self, texts: list[str], n: int) -> list[str]:
         """The ``n`` of ``texts`` the cost model ranks first (in their order when there is no
@@ -488,7 +508,9 @@ class _Search:
 
     def run_search(self, progress: bool, label: str = "") -> None:
         """MetaSchedule's evolutionary search for ``config.search`` kernels (what the budget
-        leaves, at most), seeded with every script timed so far."""
+        leaves, at most), seeded with every script timed so far; with ``config.refine_search``
+        r, in rounds of max(2r, a quarter of it), the model's r refinements of the best so far
+        after each (``_refine_between``), counted in it."""
         from tqdm.auto import tqdm
 
         from codegen.search.tune import SearchConfig, search
@@ -498,23 +520,40 @@ class _Search:
             if self.config.search > 0:
                 self.stopped = "budget"
             return
-        index = len(self.rounds)
         seeds = [(c.script, c.outcome) for c in self.seen.values()] \
             if self.config.seed_search else []
         config = SearchConfig(trials=trials, per_round=trials, seed=self.sampling.seed)
+        between = None
+        if self.config.refine_search:  # search rounds of a quarter, the model's after each
+            config = replace(config, per_round=max(2 * self.config.refine_search, trials // 4))
+            between = self._refine_between
         model = self.cost_model.model if self.cost_model is not None else None
         with tqdm(total=trials, unit="kernel", desc=f"{label}search", disable=not progress,
                   dynamic_ncols=True) as bar:
+            self._bar = bar
             try:
                 self._search_rounds(search(self.workload, self.target, self.evaluator, config,
-                                           cost_model=model, seeds=seeds), index, bar)
+                                           cost_model=model, seeds=seeds, between=between),
+                                    bar)
             except Exception as exc:  # noqa: BLE001  MetaSchedule raises what its checks raise
                 lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
                 self.stopped = f"search failed: {lines[-1] if lines else type(exc).__name__}"
 
-    def _search_rounds(self, rounds, index: int, bar) -> None:
+    def _refine_between(self, left: int) -> list[tuple[str, Any]]:
+        """Between two of the search's rounds: ``config.refine_search`` scripts of the model's
+        refinement of the fastest kernel so far, measured (at most ``left``)."""
+        n = int(min(self.config.refine_search, left, self.account.left()))
+        if n < 1:
+            return []
+        index = len(self.rounds)
+        _, measured = self._sample_round(index, n, self.sampling.seed + 1000 + index, "refine")
+        self._bar.update(len(measured))
+        return measured
+
+    def _search_rounds(self, rounds, bar) -> None:
         """Keeps each round of the search as it comes (a failure later loses none of them)."""
         for found in rounds:
+            index = len(self.rounds)
             timed = [(s, o) for s, o in zip(found.scripts, found.outcomes, strict=True)
                      if s is not None and s not in self.seen]
             for script, outcome in timed:
@@ -528,7 +567,6 @@ class _Search:
                 min(latencies) if latencies else None,
                 best.outcome.latency_s if best else None))
             bar.update(len(found.outcomes))
-            index += 1
 
     def retime(self, timer) -> dict[str, Any]:
         """The best script and the baselines timed again, together; {} when nothing is
