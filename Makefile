@@ -115,13 +115,14 @@ cost-model: $(STAMP)
 
 # The kept corpus (corpus/llvm, see corpus/README.md).  corpus-grow searches N more of its
 # 1,000 workloads, the cheapest first (2 to 4 minutes each on 2 cores; kill -9 loses nothing
-# and the same command continues); corpus-datasets rebuilds its Hugging Face datasets and card from the kept records,
+# and the same command continues; FAMILIES="matmul dense" grows only those); corpus-datasets rebuilds its Hugging Face datasets and card from the kept records,
 # searching nothing.
 CORPUS ?= corpus/llvm
 N ?= 10
 CORPUS_RUN = $(BIN)/dragon datagen --preset tiny --sample 1000 --out $(CORPUS)
 corpus-grow: $(STAMP)
-	$(CORPUS_RUN) --records-only --grow $(N) --cheapest-first --pack
+	$(CORPUS_RUN) --records-only --grow $(N) --cheapest-first --pack \
+	    $(if $(FAMILIES),--grow-families $(FAMILIES))
 
 corpus-datasets: $(STAMP)
 	$(CORPUS_RUN) --grow 0

@@ -77,3 +77,18 @@ def test_cheapest_first_runs_the_least_work_first_and_keeps_the_list(tmp_path):
     assert cheapest[-1] == tasks[3].workload
     manifest = json.loads((tmp_path / "corpus" / "datagen.json").read_text())
     assert manifest["tasks"] == [t.key for t in tasks]   # the list itself is not reordered
+
+
+def test_grow_families_runs_only_those_and_keeps_the_list(tmp_path, dragon_cmd):
+    tasks = tasks_for(SPECS, LLVM, "llvm", SearchConfig(trials=8, per_round=8), 60)
+    out, pool = str(tmp_path / "corpus"), _Pool()
+    generate(tasks, out, pool, progress=False, grow=5, families=["softmax", "reduce"])
+    assert pool.asked == [[t.workload for t in tasks[1:]]]       # the matmul waits
+    generate(tasks, out, pool, progress=False, grow=5)
+    assert pool.asked[1] == [tasks[0].workload]
+    manifest = json.loads((tmp_path / "corpus" / "datagen.json").read_text())
+    assert manifest["tasks"] == [t.key for t in tasks]
+    done = dragon_cmd(["datagen", "--workload", SPECS[0], "--out", str(tmp_path / "o"),
+                       "--grow", "1", "--grow-families", "matmull"])
+    assert done.returncode == 2 and "--grow-families: no family 'matmull'" in done.stderr
+    assert not (tmp_path / "o").exists()

@@ -115,6 +115,16 @@ def _with_appended(args, specs: list[str]) -> tuple[list[str], list[str], str]:
     return specs + appended, appended, note
 
 
+def _check_families(families: list[str] | None) -> None:
+    from codegen.workloads import FAMILIES
+
+    known = [*FAMILIES, "model"]
+    unknown = [f for f in families or () if f not in known]
+    if unknown:
+        raise UsageError(f"--grow-families: no family {', '.join(map(repr, unknown))}; "
+                         f"expected some of {', '.join(known)}")
+
+
 def _estimated_work(task) -> float:
     """The order of ``--cheapest-first``: a task's estimated work (``work_estimate``)."""
     from training.datagen.tasks import work_estimate
@@ -174,6 +184,7 @@ def cmd_datagen(args) -> int:
                              "the workloads its database holds")
         return _from_database(args)
     tasks, settings, chosen, appended, note = _tasks(args)
+    _check_families(args.grow_families)
     _example_config(args, settings["holdout_families"])
     measure = _measure_config(args, chosen)
     settings["measure"] = measure.fingerprint()
@@ -198,7 +209,7 @@ def cmd_datagen(args) -> int:
         report = generate(tasks, out, pool, settings=settings, retry_failed=args.retry_failed,
                           progress=not args.quiet, grow=args.grow,
                           order=_estimated_work if args.cheapest_first else None,
-                          appended=appended)
+                          appended=appended, families=args.grow_families)
     except DataError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:  # the disk filled or the folder was taken away during the run
@@ -357,6 +368,10 @@ def register(subparsers) -> None:
                         "(FLOPs of the unscheduled kernel, float16 on a CPU costing more), not "
                         "in the list's order: a corpus grown a few workloads a session gets "
                         "the most measured workloads from its hours")
+    p.add_argument("--grow-families", nargs="+", metavar="FAMILY",
+                   help="run only the workloads of these operator families this time (with "
+                        "--grow: the families a corpus has fewest of; the run's list stays "
+                        "whole)")
     p.add_argument("--pack", action="store_true",
                    help="after the run, move the committed tasks' records into compressed "
                         "shards of 100 tasks (OUT/shards/*.jsonl.gz, read as before): for a "

@@ -15,14 +15,14 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dragon_dsl.files import write_atomic
 from training.datagen.records import DataError, RecordStore, TaskSummary
 from training.datagen.runner import TaskResult
-from training.datagen.tasks import Task
+from training.datagen.tasks import Task, family_of
 
 __all__ = ["MANIFEST", "RunReport", "appended_specs", "check_manifest", "generate"]
 
@@ -120,14 +120,17 @@ def generate(tasks: list[Task], out: str, pool: Any, *, settings: dict[str, Any]
              on_task: Callable[[TaskSummary], None] | None = None,
              grow: int | None = None,
              order: Callable[[Task], float] | None = None,
-             appended: list[str] | None = None) -> RunReport:
+             appended: list[str] | None = None,
+             families: Sequence[str] | None = None) -> RunReport:
     """Run the tasks of ``tasks`` not yet committed in ``out`` on ``pool`` and commit them;
     ``grow``: only the first ``grow`` of those (a corpus grown by N workloads a run, the run's
     task list unchanged, so that the next run continues it); ``order``: a key that sorts the
     tasks to run, lowest first (stable: ties keep the list's order), e.g. a task's estimated
     work, so that a corpus grown a few workloads at a time measures the cheap ones first;
     ``appended``: the specs of the tasks ``--append`` added after the command's own (the last
-    ones of ``tasks``), recorded in the manifest (``check_manifest``)."""
+    ones of ``tasks``), recorded in the manifest (``check_manifest``); ``families``: run only
+    the tasks of these operator families this time (the list unchanged), e.g. to grow the
+    families a corpus has fewest of."""
     from tqdm.auto import tqdm
 
     os.makedirs(out, exist_ok=True)
@@ -137,6 +140,8 @@ def generate(tasks: list[Task], out: str, pool: Any, *, settings: dict[str, Any]
     todo = [t for t in tasks if t.key not in done
             or (retry_failed and done[t.key].status == "failed")]
     report = RunReport(tasks=len(tasks), skipped=len(tasks) - len(todo))
+    if families is not None:
+        todo = [t for t in todo if family_of(t.workload) in set(families)]
     if order is not None:
         todo = sorted(todo, key=order)
     if grow is not None:
