@@ -402,6 +402,7 @@ class _Search:
         self.account = Account(config.budget, start.cost, start.measurements)
         self.rounds: list[Round] = []
         self.stopped = "rounds"
+        self._bar: Any = None    # the search's progress bar, for what is timed between rounds
 
     def best(self) -> Candidate | None:
         correct = [c for c in self.seen.values() if c.outcome.ok]
@@ -547,7 +548,8 @@ class _Search:
             return []
         index = len(self.rounds)
         _, measured = self._sample_round(index, n, self.sampling.seed + 1000 + index, "refine")
-        self._bar.update(len(measured))
+        if self._bar is not None:
+            self._bar.update(len(measured))
         return measured
 
     def _search_rounds(self, rounds, bar) -> None:
