@@ -320,7 +320,9 @@ def register(subparsers) -> None:
                    "dragon datagen --workload 'matmul(m=512,n=512,k=512)' --trials 64 "
                    "--out data/mm",
                    "dragon datagen --preset paper --out data/paper --ray-address auto",
-                   "dragon datagen --from-database tune_logs/ --out data/imported"))
+                   "dragon datagen --from-database tune_logs/ --out data/imported",
+                   "dragon datagen --preset tiny --sample 1000 --out corpus/llvm --grow 10 "
+                   "--cheapest-first --append 'model(name=bert,preset=base)'"))
     p.add_argument("--out", required=True, metavar="DIR", help="where records, datasets and "
                    "the card go; rerunning with the same DIR continues the run")
     p.add_argument("--preset", choices=sorted(PRESETS),
