@@ -141,7 +141,8 @@ def generate(tasks: list[Task], out: str, pool: Any, *, settings: dict[str, Any]
             or (retry_failed and done[t.key].status == "failed")]
     report = RunReport(tasks=len(tasks), skipped=len(tasks) - len(todo))
     if families is not None:
-        todo = [t for t in todo if family_of(t.workload) in set(families)]
+        wanted = set(families)
+        todo = [t for t in todo if family_of(t.workload) in wanted]
     if order is not None:
         todo = sorted(todo, key=order)
     if grow is not None:

@@ -537,11 +537,7 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     annotations = [annotation_keys(w, target, rules) or () for w in workloads]
     values = [annotation_values(w, target, rules) for w in workloads]
     targets = [annotation_targets(w, target, rules) for w in workloads]
-    # Once per distinct workload (a prompt is repeated for each of its samples): reading the
-    # lengths writes each design space as a script.
-    distinct = {id(w): w for w in workloads}
-    tiles_of = {key: tile_lengths(w, target, rules) for key, w in distinct.items()}
-    tiles = [tiles_of[id(w)] for w in workloads]
+    tiles = [tile_lengths(w, target, rules) for w in workloads]
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
