@@ -16,9 +16,10 @@ SPEC = "matmul(m=32,n=32,k=32)"
 
 
 class _Recording:
-    """A MetaSchedule cost model (random scores) that records what it is taught."""
+    """A MetaSchedule cost model (random scores) that records what it is taught; the modules
+    of ``favoured`` (a list it reads when asked, so it may grow) score above every other."""
 
-    def __new__(cls):
+    def __new__(cls, favoured=()):
         from tvm.ir.utils import derived_object
         from tvm.s_tir import meta_schedule as ms
 
@@ -33,8 +34,11 @@ class _Recording:
 
             def predict(self, context, candidates):
                 import numpy as np
+                import tvm_ffi
 
-                return np.random.uniform(size=len(candidates))
+                return np.random.uniform(size=len(candidates)) + np.array(
+                    [any(tvm_ffi.structural_equal(c.sch.mod, m) for m in favoured)
+                     for c in candidates], dtype=float)
 
         return Recording()
 
@@ -201,32 +205,46 @@ def test_scripts_handed_in_between_rounds_join_the_database_and_count_as_trials(
         datagen_dir, llvm2_evaluator, tmp_path):
     from tvm.s_tir import meta_schedule as ms
 
+    import dragon_dsl
     from codegen.measure import Outcome, Status
     from training.datagen.records import RecordStore
 
     wl = workload(SPEC)
     kept = [r.script for r in RecordStore(str(datagen_dir)).all_records()
-            if r.workload == SPEC and r.status == "correct"][:2]
-    handed, asked = [], []
+            if r.workload == SPEC and r.status == "correct"]
+    handed, asked, timed_before = [], [], []
+    rounds = []
 
     def between(left):
+        # A kept script the search has not timed yet: the search can propose one of the
+        # corpus' scripts itself (same design space), which is then not a re-proposal.
         asked.append(left)
-        if not kept:
+        timed = {s for r in rounds for s in r.scripts}
+        fresh = [s for s in kept if s not in timed and s not in {h for h, _ in handed}]
+        if len(handed) == 2 or not fresh:
             return []
-        script = kept.pop(0)
-        [outcome] = llvm2_evaluator.evaluate(wl, [script])
-        handed.append((script, outcome))
-        return [(script, outcome)]
+        [outcome] = llvm2_evaluator.evaluate(wl, [fresh[0]])
+        handed.append((fresh[0], outcome))
+        timed_before.append(len(rounds))
+        favoured.append(dragon_dsl.to_schedule(fresh[0], workload=wl,
+                                               target=llvm2_evaluator.target).mod)
+        return [(fresh[0], outcome)]
 
-    cost = _Recording()
-    rounds = list(search(wl, llvm2_evaluator.target, llvm2_evaluator,
-                         SearchConfig(trials=8, per_round=3, population=32, seed=1),
-                         work_dir=str(tmp_path), cost_model=cost, between=between))
+    # The cost model rates what was handed in above all else: the search proposes it again,
+    # and it must be answered from what is known, not timed.
+    favoured = []
+    cost = _Recording(favoured)
+    for found in search(wl, llvm2_evaluator.target, llvm2_evaluator,
+                        SearchConfig(trials=8, per_round=3, population=32, seed=1),
+                        work_dir=str(tmp_path), cost_model=cost, between=between):
+        rounds.append(found)
     timed = sum(len(r.outcomes) for r in rounds)
     assert len(handed) == 2 and all(o.status is Status.CORRECT for _, o in handed)
     assert timed + len(handed) == 8                      # what was handed in counts
     assert asked[0] == 8 - len(rounds[0].outcomes)       # told the trials left
-    assert not {s for s, _ in handed} & {s for r in rounds for s in r.scripts}
+    # Never timed again by the search once handed in.
+    for (script, _), after in zip(handed, timed_before, strict=True):
+        assert script not in {s for r in rounds[after:] for s in r.scripts}
     # Taught to the cost model and committed to TVM's database beside the search's records.
     assert [len(t) for t in cost.taught].count(1) >= 2
     db = ms.database.JSONDatabase(work_dir=str(tmp_path), module_equality="structural")
