@@ -114,9 +114,10 @@ cost-model: $(STAMP)
 	    --out training/models/dragon-tiny/cost_model.tar $(COST_MODEL_FLAGS)
 
 # The kept corpus (corpus/llvm, see corpus/README.md).  corpus-grow searches N more of its
-# 1,000 workloads, the cheapest first (2 to 4 minutes each on 2 cores; kill -9 loses nothing
-# and the same command continues; FAMILIES="matmul dense" grows only those); corpus-datasets rebuilds its Hugging Face datasets and card from the kept records,
-# searching nothing.
+# listed workloads, the cheapest first (15 to 50 seconds each on 2 cores, the heavier ones
+# last; kill -9 loses nothing and the same command continues; FAMILIES="matmul dense" grows
+# only those); corpus-datasets rebuilds its Hugging Face datasets and card from the kept
+# records, searching nothing.
 CORPUS ?= corpus/llvm
 N ?= 10
 CORPUS_RUN = $(BIN)/dragon datagen --preset tiny --sample 1000 --out $(CORPUS)

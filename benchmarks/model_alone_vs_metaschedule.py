@@ -40,22 +40,36 @@ from bench_vs_metaschedule import (  # noqa: E402  (a sibling script, not a pack
 )
 
 
-def model_alone(spec: str, k: int, seed: int, model, tokenizer, evaluator) -> dict:
-    """The best of ``k`` construction scripts of the model, timed by ``evaluator``."""
+def model_alone(spec: str, k: int, seed: int, model, tokenizer, evaluator,
+                temperature: float = 1.0) -> dict:
+    """The best of ``k`` construction scripts of the model (sampled at ``temperature``),
+    timed by ``evaluator``."""
     from codegen.workloads import workload
-    from dragon_dsl.stats import script_stats
     from training.optimize.kernel import OptimizeConfig, optimize
     from training.sampling.config import SamplingConfig
 
     started = time.perf_counter()
     result = optimize(model, tokenizer, workload(spec), config=OptimizeConfig(k=k, rounds=0),
-                      sampling=SamplingConfig(seed=seed), evaluator=evaluator)
+                      sampling=SamplingConfig(seed=seed, temperature=temperature),
+                      evaluator=evaluator)
     correct = [c for c in result.candidates if c.latency_s is not None]
     best = min(correct, key=lambda c: c.latency_s) if correct else None
     return {"script": best.script if best else None, "attempts": k,
             "distinct": len(result.candidates), "correct": len(correct),
-            "tiles": sum(script_stats(c.script).tiles for c in result.candidates),
+            "tiles": sum(_tiles(c.script) for c in result.candidates),
             "seconds": time.perf_counter() - started}
+
+
+def _tiles(script: str) -> int:
+    """1 when ``script`` tiles (``dragon_dsl.stats``), 0 when not or when it does not parse (a
+    sample cut at its token budget)."""
+    from dragon_dsl.errors import DragonError
+    from dragon_dsl.stats import script_stats
+
+    try:
+        return int(script_stats(script).tiles > 0)
+    except DragonError:
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
                         "is taken, not searched again")
     p.add_argument("--retimes", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=1.0,
+                   help="the model's sampling temperature (dragon optimize's default: 1.0)")
     p.add_argument("--out", default="model_alone_vs_metaschedule.json")
     args = p.parse_args(argv)
 
@@ -93,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     with Evaluator(TARGET, cache=False) as ev:
         for spec in args.workloads:
             print(f"{spec}: the model, best of {args.k} ...", flush=True)
-            ours = model_alone(spec, args.k, args.seed, model, tokenizer, ev)
+            ours = model_alone(spec, args.k, args.seed, model, tokenizer, ev, args.temperature)
             if earlier is not None:
                 theirs = Recorded.of(earlier, spec, args.trials).best_of_first(args.trials)[0]
                 ms_seconds = None

@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("-k", type=int, default=4, help="construction scripts per workload")
     p.add_argument("--corpus", default=str(ROOT / "corpus" / "llvm"))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, action="append", default=None,
+                   help="sampling temperature; repeat for a sweep (default: 1.0)")
     p.add_argument("--out", default=None, help="a JSON file for every figure and script")
     args = p.parse_args(argv)
 
@@ -92,19 +94,23 @@ def main(argv: list[str] | None = None) -> int:
     corpus = Path(args.corpus)
     specs = held_out(corpus)
     target = as_target({"kind": "llvm", "num-cores": 2})
+    temperatures = args.temperature or [1.0]
     report: dict = {"workloads": specs, "k": args.k, "models": {}}
-    for item in args.model:
+    for item, temperature in [(m, t) for m in args.model for t in temperatures]:
         name, _, path = item.partition("=")
+        if len(temperatures) > 1:
+            name = f"{name} T={temperature:g}"
         model, tokenizer = load_model(model_path(path))
         by_family: dict[str, list[str]] = {f: [] for f in FAMILIES}
         started = time.perf_counter()
         for spec in specs:
             proposals = propose(model, tokenizer, workload(spec), target,
-                                config=SamplingConfig(n=args.k, seed=args.seed),
+                                config=SamplingConfig(n=args.k, seed=args.seed,
+                                                  temperature=temperature),
                                 grammar="schedule")
             by_family[family_of(spec)] += [q.sample.text for q in proposals]
         report["models"][name] = {
-            "path": path, "seconds": time.perf_counter() - started,
+            "path": path, "temperature": temperature, "seconds": time.perf_counter() - started,
             "families": {f: stats_row(s) for f, s in by_family.items()},
             "all": stats_row([s for v in by_family.values() for s in v]),
             "scripts": by_family}
