@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     from training.models.builtin import DEFAULT_MODEL, default_model_dir
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workloads", nargs="+", default=HELD_OUT)
+    p.add_argument("--workloads", nargs="*", default=HELD_OUT,
+                   help="Held-out kernels (none: only --network).")
     p.add_argument("--budgets", nargs="+", type=int, default=list(BUDGETS))
     p.add_argument("--separate", type=int, default=16,
                    help="The budget also run on its own by each side (0: none).")
@@ -239,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metaschedule-from", default=None, metavar="JSON",
                    help="An earlier run's --out: MetaSchedule's best scripts are taken from it "
                         "(not searched again) and timed head to head with this run's.")
+    p.add_argument("--network", action="append", default=[], metavar="MODEL",
+                   help="A whole model end to end too (e.g. 'model(name=bert,preset=tiny)'; "
+                        "network_vs_metaschedule.py), at each --network-budgets.")
+    p.add_argument("--network-budgets", nargs="+", type=int, default=[8],
+                   help="Kernels timed per task of each --network, by each side.")
     p.add_argument("--out", default="bench_vs_metaschedule.json")
     args = p.parse_args(argv)
 
@@ -306,8 +312,21 @@ def main(argv: list[str] | None = None) -> int:
             entry["dragon"] = ours.extra
             report["workloads"].append(entry)
             Path(args.out).write_text(json.dumps(report, indent=1))
-    _print(report)
-    _plot(report, Path(args.out).with_suffix(".png"))
+        report["networks"] = []
+        for spec, n in [(s, b) for s in args.network for b in args.network_budgets]:
+            from network_vs_metaschedule import network_showdown, spec_label
+
+            report["networks"].append(network_showdown(
+                spec, n, model, tokenizer, ev, seed=args.seed, transfer=args.transfer,
+                corpus=corpus, rounds=args.retimes,
+                keep=f"{Path(args.out).with_suffix('')}.databases/{spec_label(spec)}-{n}"))
+            Path(args.out).write_text(json.dumps(report, indent=1))
+    if report["workloads"]:
+        _print(report)
+        _plot(report, Path(args.out).with_suffix(".png"))
+    from network_vs_metaschedule import print_networks
+
+    print_networks(report["networks"])
     return 0
 
 
