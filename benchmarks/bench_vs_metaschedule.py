@@ -205,6 +205,8 @@ def geomean(xs: list[float]) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from network_vs_metaschedule import network_showdown, print_networks
+
     from codegen.measure import Evaluator
     from training.cli.common import load_model
     from training.models.builtin import DEFAULT_MODEL, default_model_dir
@@ -314,18 +316,14 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).write_text(json.dumps(report, indent=1))
         report["networks"] = []
         for spec, n in [(s, b) for s in args.network for b in args.network_budgets]:
-            from network_vs_metaschedule import network_showdown, spec_label
-
             report["networks"].append(network_showdown(
                 spec, n, model, tokenizer, ev, seed=args.seed, transfer=args.transfer,
                 corpus=corpus, rounds=args.retimes,
-                keep=f"{Path(args.out).with_suffix('')}.databases/{spec_label(spec)}-{n}"))
+                keep=f"{Path(args.out).with_suffix('')}.databases"))
             Path(args.out).write_text(json.dumps(report, indent=1))
     if report["workloads"]:
         _print(report)
         _plot(report, Path(args.out).with_suffix(".png"))
-    from network_vs_metaschedule import print_networks
-
     print_networks(report["networks"])
     return 0
 

@@ -75,14 +75,15 @@ def dragon_network(model, tokenizer, label: str, mod, tasks: list, budget: int, 
 def network_showdown(spec: str, budget: int, model, tokenizer, evaluator, *, seed: int,
                      transfer: int, corpus, rounds: int, keep: str | None = None) -> dict:
     """Both sides on the model ``spec`` at ``budget`` kernels per task, then the three builds
-    checked and timed together; with ``keep``, both databases are kept in that folder
-    (``dragon`` and ``metaschedule``, TVM's JSON databases) for a check of one's own."""
+    checked and timed together; with ``keep``, both databases are kept in its folder
+    ``LABEL-BUDGET`` (``dragon`` and ``metaschedule``, TVM's JSON databases; LABEL as
+    ``dragon optimize`` names the model) for a check of one's own."""
     from codegen.model_build import measure_models
     from training.cli.optimize_model import load_whole_model
 
     label, mod, tasks = load_whole_model(spec)
     with tempfile.TemporaryDirectory(prefix="bench-network-") as tmp:
-        where = Path(keep) if keep else Path(tmp)
+        where = Path(keep) / f"{label}-{budget}" if keep else Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
         ms_dir, ours = str(where / "metaschedule"), str(where / "dragon")
         print(f"{label}: MetaSchedule tune_relax, {budget} x {len(tasks)} tasks ...",
@@ -99,14 +100,6 @@ def network_showdown(spec: str, budget: int, model, tokenizer, evaluator, *, see
             "databases": str(where) if keep else None,
             "seconds": {"dragon": dragon_seconds, "metaschedule": ms_seconds},
             "dragon": summary, "end_to_end": {n: e.as_dict() for n, e in timed.items()}}
-
-
-def spec_label(spec: str) -> str:
-    """A folder name for a model spec: ``model(name=bert,preset=tiny)`` -> ``bert-tiny``."""
-    import re
-
-    values = re.findall(r"=([^,()]+)", spec)
-    return "-".join(values) if values else re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(spec).stem)
 
 
 def print_networks(entries: list[dict]) -> None:
