@@ -60,7 +60,7 @@ def dragon_network(model, tokenizer, label: str, mod, tasks: list, budget: int, 
     started = time.perf_counter()
     result = optimize_model(model, tokenizer, label, mod, tasks, database=database,
                             evaluator=evaluator, config=config,
-                            model_config=ModelOptimizeConfig(metaschedule=False, e2e_rounds=1),
+                            model_config=ModelOptimizeConfig(metaschedule=False, e2e_rounds=0),
                             sampling=SamplingConfig(n=1, seed=seed),
                             corpus=corpus if transfer else None)
     seconds = time.perf_counter() - started

@@ -344,8 +344,9 @@ def test_the_command_writes_no_script_slower_than_a_baseline(slow_samples, monke
     assert report["speedup"]["unscheduled"] < 1  # what the search believed, kept for the record
 
 
+@pytest.mark.parametrize("e2e_rounds", [1, 0])
 def test_the_whole_model_path_writes_no_record_a_baseline_beat(slow_samples, monkeypatch,
-                                                               tmp_path):
+                                                               tmp_path, e2e_rounds):
     from types import SimpleNamespace
 
     import codegen.model_build
@@ -355,14 +356,21 @@ def test_the_whole_model_path_writes_no_record_a_baseline_beat(slow_samples, mon
 
     monkeypatch.setattr(training.optimize.model, "make_baselines", lambda wl, target: Baselines(
         {"unscheduled": object(), "default": object()}))
-    monkeypatch.setattr(codegen.model_build, "measure_models", lambda *a, **k: {})
+    measured = []
+
+    def measure_models(*args, **kwargs):
+        measured.append(kwargs["rounds"])
+        return {}
+
+    monkeypatch.setattr(codegen.model_build, "measure_models", measure_models)
     # Faster than the unscheduled kernel, slower than the default when re-timed.
     ev = _SlowAtTheEnd(baselines={"unscheduled": 2e-3, "default": 1.5e-3}, retimed=1.8e-3)
     task = SimpleNamespace(workload=SLOW_SPEC, spec=SLOW_SPEC, name="dense", weight=1)
     result = optimize_model(None, None, "fake", None, [task],
                             database=str(tmp_path / "db"), evaluator=ev,
                             config=OptimizeConfig(k=1, rounds=0),
-                            model_config=ModelOptimizeConfig(metaschedule=False))
+                            model_config=ModelOptimizeConfig(metaschedule=False,
+                                                             e2e_rounds=e2e_rounds))
     [done] = result.tasks
     assert done.result.speedup("unscheduled") > 1 and done.result.winner == "default"
     assert result.records == 0 and not done.in_database
@@ -370,6 +378,7 @@ def test_the_whole_model_path_writes_no_record_a_baseline_beat(slow_samples, mon
     from training.cli.optimize_model import format_model_report
 
     assert "no (default faster)" in format_model_report(result)
+    assert measured == ([e2e_rounds] if e2e_rounds else [])  # 0 measures no build
 
 
 # ---- the best is the fastest by construction ------------------------------------------------

@@ -129,7 +129,12 @@ def format_model_report(result) -> str:
                      format_latency(t.metaschedule_best_s)])
     lines += text_table(rows)
     lines += ["", f"database: {result.database} ({result.records} of {len(result.tasks)} tasks "
-                  "scheduled)", "", "end to end (median of interleaved runs):"]
+                  "scheduled)", ""]
+    if not result.end_to_end:
+        lines.append("end to end: not measured (--e2e-rounds 0)")
+        warning = busy_warning(comparisons)
+        return "\n".join([*lines, warning] if warning else lines)
+    lines.append("end to end (median of interleaved runs):")
     spent = {"before": "0", "dragon": str(result.measurements),
              "metaschedule": str(result.metaschedule_measurements)}
     names = {"before": "before (default build)", "dragon": "dragon",

@@ -17,7 +17,9 @@ and the model measured end to end against MetaSchedule at the same number of mea
 5. **MetaSchedule at equal measurements.** ``codegen.search.rival_search`` per task, with as
    many trials as our optimize measured for that task, into a database of its own.
 6. **End to end.** ``codegen.model_build.measure_models``: the default build ("before"), ours
-   ("dragon") and MetaSchedule's, checked against "before" and timed in interleaved rounds.
+   ("dragon") and MetaSchedule's, checked against "before" and timed in interleaved rounds
+   (``e2e_rounds=0`` skips it: ``end_to_end`` is empty, for a caller that times the builds
+   itself).
 
 >>> with Evaluator("llvm", cache=False) as ev:                         # doctest: +SKIP
 ...     result = optimize_model(model, tokenizer, "bert-tiny", mod, tasks,
@@ -55,7 +57,8 @@ class ModelOptimizeConfig:
     """What a whole-model optimization adds to each task's ``OptimizeConfig``."""
 
     e2e_rounds: int = field(default=5, metadata={
-        "help": "Interleaved rounds of end-to-end timing of each build of the model."})
+        "help": "Interleaved rounds of end-to-end timing of each build of the model; 0 "
+                "measures no build (the database is written all the same)."})
     metaschedule: bool = field(default=True, metadata={
         "help": "Also tune each task with MetaSchedule's search given as many measurements as "
                 "dragon spent on it, and measure that build end to end."})
@@ -67,8 +70,8 @@ class ModelOptimizeConfig:
         "help": "Population of MetaSchedule's evolutionary search (the comparison)."})
 
     def __post_init__(self) -> None:
-        if self.e2e_rounds < 1:
-            raise ValueError(f"Expected e2e_rounds >= 1 but got e2e_rounds={self.e2e_rounds}")
+        if self.e2e_rounds < 0:
+            raise ValueError(f"Expected e2e_rounds >= 0 but got e2e_rounds={self.e2e_rounds}")
         if self.population < 2:
             raise ValueError(f"Expected population >= 2 but got population={self.population}")
 
@@ -226,9 +229,12 @@ def optimize_model(model, tokenizer, label: str, mod, tasks: list, *,
                                  ms_dir)
             results[i] = replace(r, metaschedule_trials=trials, metaschedule_best_s=best)
         databases["metaschedule"] = ms_dir
-    say("measuring the model end to end")
-    end_to_end = measure_models(mod, target, databases, reference="before",
-                                rounds=model_config.e2e_rounds, config=measure, progress=say)
+    end_to_end = {}
+    if model_config.e2e_rounds:
+        say("measuring the model end to end")
+        end_to_end = measure_models(mod, target, databases, reference="before",
+                                    rounds=model_config.e2e_rounds, config=measure,
+                                    progress=say)
     return ModelResult(label, target.kind.name, evaluator.device, config.budget, tuple(results),
                        database, len(records), ms_dir, end_to_end,
                        time.perf_counter() - clock)
