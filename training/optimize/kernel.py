@@ -431,18 +431,8 @@ class _Search:
         spec = str(getattr(self.workload, "spec", self.workload))
         width = max(n, self.config.width or n) if self.cost_model is not None else n
         carried = transferred(spec, corpus, self.target, workload=self.workload, limit=width)
-        texts = [_canonical(t.script) for t in carried]
-        new = self._ranked([t for t in dict.fromkeys(texts) if t not in self.seen], n)
-        outcomes = self.evaluator.evaluate(self.workload, new) if new else []
-        for text, outcome in zip(new, outcomes, strict=True):
-            self.seen[text] = Candidate(text, outcome, 0, "corpus")
-        self.account.spend(len(new))
-        self._learn(new, outcomes)
-        latencies = [o.latency_s for o in outcomes if o.ok]
-        best = self.best()
-        self.rounds.append(Round(0, "corpus", None, len(carried), len(new), len(latencies),
-                                 min(latencies) if latencies else None,
-                                 best.outcome.latency_s if best else None))
+        new = self._measure([_canonical(t.script) for t in carried], n, 0, "corpus")
+        self._record(0, "corpus", None, len(carried), new, new)
 
     def run(self, progress: bool, label: str = "") -> None:
         from tqdm.auto import tqdm
@@ -478,20 +468,32 @@ class _Search:
         samples = sample_schedule_aware(self.model, self.tokenizer, prompt, self.workload,
                                         self.target, config)
         texts = [_canonical(s.text) for s in samples]
+        new = self._measure(texts, n, index, "refine" if kind == "refine" else "sample")
+        self._record(index, kind or prompt_kind, prompt_latency, len(samples), new, texts)
+        return samples, [(t, self.seen[t].outcome) for t in new]
+
+    def _measure(self, texts: list[str], n: int, index: int, source: str) -> list[str]:
+        """The ``n`` distinct scripts of ``texts`` not timed before that the cost model ranks
+        first, timed, kept as round ``index``'s candidates from ``source`` and taught to the
+        cost model; those scripts, in order."""
         new = self._ranked([t for t in dict.fromkeys(texts) if t not in self.seen], n)
         outcomes = self.evaluator.evaluate(self.workload, new) if new else []
-        source = "refine" if kind == "refine" else "sample"
         for text, outcome in zip(new, outcomes, strict=True):
             self.seen[text] = Candidate(text, outcome, index, source)
         self.account.spend(len(new))
         self._learn(new, outcomes)
-        mine = [self.seen[t] for t in texts if t in self.seen]
-        latencies = [c.latency_s for c in mine if c.latency_s is not None]
+        return new
+
+    def _record(self, index: int, kind: str, prompt_latency: float | None, sampled: int,
+                new: list[str], counted: list[str]) -> None:
+        """Round ``index``: ``sampled`` scripts, ``new`` of them timed; its fastest is the
+        fastest correct one of ``counted`` (timed now or before)."""
+        latencies = [c.latency_s for c in (self.seen.get(t) for t in counted)
+                     if c is not None and c.latency_s is not None]
         best = self.best()
         self.rounds.append(Round(
-            index, kind or prompt_kind, prompt_latency, len(samples), len(new), len(latencies),
+            index, kind, prompt_latency, sampled, len(new), len(latencies),
             min(latencies) if latencies else None, best.outcome.latency_s if best else None))
-        return samples, [(t, self.seen[t].outcome) for t in new]
 
     def _ranked(self, texts: list[str], n: int) -> list[str]:
         """The ``n`` of ``texts`` the cost model ranks first (in their order when there is no
