@@ -6,6 +6,7 @@ applies, and is correct, on the new workload.  The scripts are the kept corpus' 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -97,5 +98,42 @@ def test_transferred_scripts_are_distinct_from_the_nearest_and_correct(records, 
     assert [t.distance for t in carried] == sorted(t.distance for t in carried)
     outcomes = llvm_evaluator.evaluate(workload(spec), [t.script for t in carried])
     assert all(o.ok for o in outcomes), [o.message for o in outcomes]
-    # A model's task or a file has no family to match: nothing is carried over.
-    assert transferred("model(name=bert,preset=tiny,task=0)", records) == []
+
+
+def test_a_module_files_tasks_take_the_scripts_of_corpus_kernels_with_their_blocks(
+        records, llvm_evaluator):
+    """A task of a model has no family: its neighbours are the corpus kernels whose scripts
+    fetch only blocks it has (here the matmul of other models' tasks, the softmax family),
+    ranked by what they leave out and how far their loops are."""
+    from codegen.workloads.models import module_tasks
+    from codegen.workloads.relax_files import load_module_file
+    from dragon_dsl.live import LiveSchedule
+    from training.optimize.transfer import structural_neighbours
+
+    mod = load_module_file(str(Path(__file__).parent / "data" / "relax_mlp.py"))
+    tasks = module_tasks(mod, spec_of=lambda i: f"module(path=relax_mlp.py,task={i})")
+    assert [t.name for t in tasks] == ["fused_matmul_add_relu", "softmax"]
+    scripts = {r.workload: r.script for r in records}
+    for task in tasks:
+        blocks = set(LiveSchedule(task.workload, "llvm").block_names())
+        carried = transferred(task.spec, records, llvm_evaluator.target, workload=task.workload,
+                              limit=3)
+        assert len(carried) == 3 and len({t.script for t in carried}) == 3, task.name
+        assert [t.distance for t in carried] == sorted(t.distance for t in carried)
+        for t in carried:
+            fetched = set(re.findall(r'^block "([^"]+)"', scripts[t.source], re.MULTILINE))
+            assert fetched <= blocks and fetched - {"root"}, (t.source, fetched)
+        outcomes = llvm_evaluator.evaluate(task.workload, [t.script for t in carried])
+        assert all(o.ok for o in outcomes), [o.message for o in outcomes]
+    # A task is not its own neighbour, as a family's workload is not.
+    softmax = tasks[1]
+    fitting = [r for r in records if r.workload.startswith("softmax(") and r.correct][:2]
+    assert structural_neighbours(softmax.spec, softmax.workload, {softmax.spec: fitting},
+                                 "llvm") == []
+    [(distance, source)] = structural_neighbours(softmax.spec, softmax.workload,
+                                                 {"other": fitting}, "llvm")
+    # 20 for each block of the task its fastest script does not fetch, then how far the loops are.
+    fastest = min(fitting, key=lambda r: r.latency_s)
+    fetched = set(re.findall(r'^block "([^"]+)"', fastest.script, re.MULTILINE))
+    missing = len(set(LiveSchedule(softmax.workload, "llvm").block_names()) - fetched)
+    assert source == "other" and 20 * missing <= distance < 20 * (missing + 1)

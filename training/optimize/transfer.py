@@ -11,8 +11,11 @@ the rest); any other statement the new workload refuses drops the script.
 
 ``neighbours`` ranks a corpus's workloads of the same family by distance in log shape (the
 spec's sizes; a parameter of another kind, dtype, layout, groups, counts as farther than any
-size), and ``transferred`` gives the distinct fitted scripts of the nearest ones whose scripts
-fit, the fastest first.
+size); a model's task has no family, and ``structural_neighbours`` ranks the corpus workloads
+whose scripts fetch only blocks it has (a BERT's ``matmul`` and ``T_add``, from another model's
+task or preset) by the blocks they leave out and how far their tiles' loops are from its own.
+``transferred`` gives the distinct fitted scripts of the nearest ones whose scripts fit, the
+fastest first.
 
 >>> fit_factors([1, 4, 8, 2], 96)
 [2, 3, 8, 2]
@@ -23,12 +26,13 @@ fit, the fastest first.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = ["Transferred", "fit_factors", "fit_script", "neighbours", "shape_distance",
-           "transferred"]
+           "structural_neighbours", "transferred"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,14 @@ def fit_factors(factors: Sequence[int], extent: int) -> list[int]:
 def fit_script(script: str, workload: Any, target: Any = None) -> str | None:
     """``script`` replayed on ``workload`` with every literal tile refitted to its loop's
     extent there; None when a statement is refused (a block or loop it names is not there)."""
+    fitted = _fit(script, workload, target)
+    return fitted[0] if fitted is not None else None
+
+
+def _fit(script: str, workload: Any, target: Any = None) -> tuple[str, float] | None:
+    """``fit_script``'s text and how far the script's loops were from ``workload``'s: the
+    Euclidean distance in log2 of each literal tile's product (its loop's extent where the
+    script was tuned) from the loop's extent here."""
     from dragon_dsl.errors import DragonError
     from dragon_dsl.live import LiveSchedule
     from dragon_dsl.parser import parse
@@ -73,18 +85,20 @@ def fit_script(script: str, workload: Any, target: Any = None) -> str | None:
         program = parse(script)
         live = LiveSchedule(workload, target)
         fitted = []
+        squares = 0.0
         for stmt in program.statements:
             if stmt.op == "tile" and len(stmt.args) >= 2 and _literal(stmt.args[1]):
                 extent = live.extent(stmt.args[0].name)
                 factors = list(stmt.args[1])
                 if extent is not None and math.prod(factors) != extent:
+                    squares += (math.log2(max(math.prod(factors), 1)) - math.log2(extent)) ** 2
                     stmt = replace(stmt, args=[stmt.args[0], tuple(fit_factors(factors, extent)),
                                                *stmt.args[2:]])
             live.step(stmt)
             fitted.append(stmt)
     except (DragonError, ValueError):
         return None
-    return format_program(replace(program, statements=fitted))
+    return format_program(replace(program, statements=fitted)), math.sqrt(squares)
 
 
 def _literal(factors: Any) -> bool:
@@ -140,31 +154,77 @@ def neighbours(spec: str, specs: Iterable[str]) -> list[tuple[float, str]]:
     return [(d, other) for d, other in ranked if math.isfinite(d)]
 
 
+# How many of the corpus' workloads that name only blocks of a model's task are replayed on it
+# to measure their distance (``structural_neighbours``), those that name the most of its
+# blocks first: each replay costs a few milliseconds to a second.
+STRUCTURAL_CANDIDATES = 32
+
+
+def _script_blocks(script: str) -> set[str]:
+    """The blocks a script fetches by name (``block "NAME"``), root left out."""
+    return set(re.findall(r'^block "([^"]+)"', script, re.MULTILINE)) - {"root"}
+
+
+def structural_neighbours(spec: str, workload: Any, by_workload: dict[str, list[Any]],
+                          target: Any = None) -> list[tuple[float, str]]:
+    """For a kernel without a family (a model's task, a module file's): the corpus workloads
+    whose fastest script fetches only blocks ``workload`` has, nearest first.  The distance
+    is ``_OTHER_KIND`` for each of ``workload``'s blocks the script does not fetch, plus how far
+    its tiles' loops are from ``workload``'s (``_fit``); a script that does not replay here is
+    no neighbour.  ``spec`` itself is left out, as ``neighbours`` leaves it out."""
+    from dragon_dsl.live import LiveSchedule
+
+    names = set(LiveSchedule(workload, target).block_names()) - {"root"}
+    if not names:
+        return []
+    fastest = {source: min(records, key=lambda r: r.latency_s)
+               for source, records in by_workload.items() if source != spec}
+    matching = []
+    for source, record in fastest.items():
+        used = _script_blocks(record.script)
+        if used and used <= names:
+            matching.append((len(names - used), source))
+    ranked = []
+    for missing, source in sorted(matching)[:STRUCTURAL_CANDIDATES]:
+        fitted = _fit(fastest[source].script, workload, target)
+        if fitted is not None:
+            ranked.append((missing * _OTHER_KIND + fitted[1], source))
+    return sorted(ranked)
+
+
 def transferred(spec: str, records: Iterable[Any], target: Any = None, *, workload: Any = None,
                 neighbours_k: int = 4, per_neighbour: int = 4,
                 limit: int = 16) -> list[Transferred]:
     """The fitted scripts of the fastest correct ``records`` (``training.datagen.records``
     records) of the ``neighbours_k`` workloads nearest ``spec`` whose scripts fit it,
     ``per_neighbour`` from each, distinct, the nearest neighbour's fastest first, at most
-    ``limit``."""
+    ``limit``.  The nearest: of the same family by shape (``neighbours``); for a model's task
+    or a module file's, which have no family, by the blocks they name and their loops
+    (``structural_neighbours``)."""
     from codegen.workloads import workload as make_workload
     from codegen.workloads.families import FAMILIES
     from codegen.workloads.specs import WorkloadError, parse_spec
 
-    try:
-        if parse_spec(spec)[0] not in FAMILIES:  # a model's task, a file: no family to match
-            return []
-    except WorkloadError:
-        return []
     by_workload: dict[str, list[Any]] = {}
     for record in records:
         if record.status == "correct" and record.latency_s:
             by_workload.setdefault(record.workload, []).append(record)
-    wl = make_workload(spec) if workload is None or isinstance(workload, str) else workload
+    try:
+        family: str | None = parse_spec(spec)[0]
+    except WorkloadError:
+        family = None
+    if workload is None or isinstance(workload, str):
+        try:
+            workload = make_workload(spec)
+        except WorkloadError:
+            return []
+    wl = workload
+    order = neighbours(spec, by_workload) if family in FAMILIES else \
+        structural_neighbours(spec, wl, by_workload, target)
     out: list[Transferred] = []
     seen: set[str] = set()
     sources = 0
-    for distance, source in neighbours(spec, by_workload):
+    for distance, source in order:
         if sources >= neighbours_k or len(out) >= limit:
             break
         fastest = sorted(by_workload[source], key=lambda r: r.latency_s)
