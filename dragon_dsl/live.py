@@ -208,6 +208,8 @@ class LiveSchedule:
                 names = ", ".join(f.name if isinstance(f, Loop) else f for f in found)
                 raise self._error(stmt, f"`{stmt.op}` names {len(inst.outputs)} but {what} "
                                         f"({names})")
+        if inst.kind == "RFactor":
+            self._check_rfactor(inputs[0], stmt)
         if inst.kind == "SamplePerfectTile" and decision is not None:
             try:
                 loop = self.sch.get(inputs[0])
@@ -223,6 +225,20 @@ class LiveSchedule:
                     raise self._error(stmt, f"tile factors {factors} multiply to {product}, but "
                                             f"the loop {loop.loop_var.name!r} has extent "
                                             f"{int(loop.extent.value)}")
+
+    def _check_rfactor(self, loop_rv, stmt: Stmt) -> None:
+        """A block rfactored once is not rfactored again: TVM applies the second one, but it
+        leaves two ``NAME_rf`` blocks that MetaSchedule's postprocessors refuse (so no script
+        after it could end), and MetaSchedule's own scripts never write it."""
+        try:
+            blocks = [self.sch.get(b).name_hint for b in self.sch.get_child_blocks(loop_rv)]
+        except Exception:  # noqa: BLE001  TVM's own refusal says it better
+            return
+        done = [b for b in blocks if f"{b}_rf" in self.block_names()]
+        if done:
+            raise self._error(stmt, f"block {done[0]!r} was rfactored already ({done[0]}_rf "
+                                    "exists); a second rfactor leaves two blocks of that name, "
+                                    "which postproc refuses")
 
     def _postproc(self, stmt: Stmt, postproc_set: str) -> None:
         """``postproc auto SET``: MetaSchedule's postprocessors on the schedule so far."""

@@ -279,3 +279,26 @@ def test_applying_a_script_leaves_the_workload_as_it_was():
             live.step(line)
         assert tvm.ir.save_json(wl.mod) == before
     assert dragon_dsl.check(ROOT_ANNOTATED, workload=wl, target=target) == []
+
+
+# What the built-in model wrote for a softmax (schedule-aware decoding admitted each statement):
+# a second rfactor of a block rfactored already.  TVM applies it, but it leaves two blocks named
+# T_softmax_maxelem_rf, so every `postproc auto` after it failed and the sample could not end.
+TWICE_RFACTORED = '''block "T_softmax_maxelem" -> T_softmax_maxelem
+loops T_softmax_maxelem -> i0, k
+tile k [2, 32] -> k0, k1
+rfactor k0 1 -> b0
+loops T_softmax_maxelem -> l0, l1
+tile l1 [2, 1] -> l2, l3
+'''
+
+
+def test_a_block_is_not_rfactored_twice():
+    from dragon_dsl.live import LiveSchedule
+
+    live = LiveSchedule(workload("softmax(m=32,n=64)"), "llvm")
+    for line in TWICE_RFACTORED.splitlines():
+        live.step(line)
+    with pytest.raises(dragon_dsl.DragonError, match="rfactored already"):
+        live.step("rfactor l3 1 -> b1")
+    live.step("postproc auto llvm")  # the refused statement left nothing behind

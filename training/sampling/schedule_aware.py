@@ -352,7 +352,11 @@ class _Decoder:
                     **cached)
         self.stats.prefill_seconds += time.perf_counter() - start
         logits = out.logits[:, -1, :].float()
-        for _ in range(self.max_new_tokens + 1):
+        # A step feeds no token to a row whose statement was refused (rolled back, sampled
+        # again from the pending logits), so steps outnumber a row's spent tokens by at most its
+        # refusals, each of which spent a token: twice the budget lets every row reach its
+        # wind-down (``_step`` closes it when its spent tokens near the budget) and close.
+        for _ in range(2 * self.max_new_tokens + 2):
             if all(row.finished for row in rows):
                 break
             tokens = self._step(rows, logits, prompt_rows)
