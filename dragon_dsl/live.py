@@ -234,7 +234,8 @@ class LiveSchedule:
             blocks = [self.sch.get(b).name_hint for b in self.sch.get_child_blocks(loop_rv)]
         except Exception:  # noqa: BLE001  TVM's own refusal says it better
             return
-        done = [b for b in blocks if f"{b}_rf" in self.block_names()]
+        existing = set(self.block_names())
+        done = [b for b in blocks if f"{b}_rf" in existing]
         if done:
             raise self._error(stmt, f"block {done[0]!r} was rfactored already ({done[0]}_rf "
                                     "exists); a second rfactor leaves two blocks of that name, "

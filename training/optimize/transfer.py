@@ -25,6 +25,7 @@ fastest first.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -166,13 +167,16 @@ def _script_blocks(script: str) -> set[str]:
 
 
 def structural_neighbours(spec: str, workload: Any, by_workload: dict[str, list[Any]],
-                          target: Any = None) -> list[tuple[float, str]]:
+                          target: Any = None, *, fit: Any = None) -> list[tuple[float, str]]:
     """For a kernel without a family (a model's task, a module file's): the corpus workloads
     whose fastest script fetches only blocks ``workload`` has, nearest first.  The distance
     is ``_OTHER_KIND`` for each of ``workload``'s blocks the script does not fetch, plus how far
     its tiles' loops are from ``workload``'s (``_fit``); a script that does not replay here is
-    no neighbour.  ``spec`` itself is left out, as ``neighbours`` leaves it out."""
+    no neighbour.  ``spec`` itself is left out, as ``neighbours`` leaves it out.  ``fit``:
+    ``_fit`` of a script on ``workload`` (a caller's memo of it), by default ``_fit`` itself."""
     from dragon_dsl.live import LiveSchedule
+
+    fit = fit or (lambda script: _fit(script, workload, target))
 
     names = set(LiveSchedule(workload, target).block_names()) - {"root"}
     if not names:
@@ -186,7 +190,7 @@ def structural_neighbours(spec: str, workload: Any, by_workload: dict[str, list[
             matching.append((len(names - used), source))
     ranked = []
     for missing, source in sorted(matching)[:STRUCTURAL_CANDIDATES]:
-        fitted = _fit(fastest[source].script, workload, target)
+        fitted = fit(fastest[source].script)
         if fitted is not None:
             ranked.append((missing * _OTHER_KIND + fitted[1], source))
     return sorted(ranked)
@@ -213,14 +217,17 @@ def transferred(spec: str, records: Iterable[Any], target: Any = None, *, worklo
         family: str | None = parse_spec(spec)[0]
     except WorkloadError:
         family = None
-    if workload is None or isinstance(workload, str):
+    wl = workload
+    if wl is None or isinstance(wl, str):
         try:
-            workload = make_workload(spec)
+            wl = make_workload(spec)
         except WorkloadError:
             return []
-    wl = workload
+    # A script's fit on this workload, once: the structural ranking replays each neighbour's
+    # fastest script, which is the first one taken from it below.
+    fit = functools.cache(lambda script: _fit(script, wl, target))
     order = neighbours(spec, by_workload) if family in FAMILIES else \
-        structural_neighbours(spec, wl, by_workload, target)
+        structural_neighbours(spec, wl, by_workload, target, fit=fit)
     out: list[Transferred] = []
     seen: set[str] = set()
     sources = 0
@@ -232,11 +239,11 @@ def transferred(spec: str, records: Iterable[Any], target: Any = None, *, worklo
         for record in fastest:
             if taken >= per_neighbour or len(out) >= limit:
                 break
-            fitted = fit_script(record.script, wl, target)
-            if fitted is None or fitted in seen:
+            result = fit(record.script)
+            if result is None or result[0] in seen:
                 continue
-            seen.add(fitted)
-            out.append(Transferred(fitted, source, record.latency_s, distance))
+            seen.add(result[0])
+            out.append(Transferred(result[0], source, record.latency_s, distance))
             taken += 1
         sources += taken > 0
     return out
