@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from dataclasses import replace
@@ -199,6 +200,40 @@ def test_a_rerun_measures_only_what_is_missing(evaluation, data_dir, models, mon
                  if p not in (model_file, ms_file, ms_other, ms_scripts)]
     assert all(p.stat().st_mtime_ns == stamps[p] for p in untouched)
     assert again["by_model"].keys() == summary["by_model"].keys()
+
+
+def test_fast_kernels_are_left_out_of_the_figures_without_measuring_again(
+        evaluation, data_dir, models, monkeypatch):
+    out, _ = evaluation
+    rows = [json.loads(line) for path in (out / "samples").rglob("*.jsonl")
+            for line in path.read_text().splitlines() if line.strip()]
+    times: dict[str, list[float]] = {}
+    for r in rows:  # a task's rows measured again by the rerun above have their own
+        times.setdefault(r["task"], []).append(r["unscheduled_s"])
+    unscheduled = {t: statistics.median(v) for t, v in times.items()}
+    slowest = max(unscheduled.values())
+    kept = {t for t, u in unscheduled.items() if u >= slowest}
+
+    def no_evaluator(*args, **kwargs):
+        raise AssertionError("a kernel was measured again")
+
+    monkeypatch.setattr("training.evaluate.runner.Evaluator", no_evaluator)
+    config = replace(CONFIG, min_unscheduled_us=slowest * 1e6)
+    summary = run_eval(models, data_dir, out, target=TARGET, config=config, progress=False)
+    assert sum(summary["tasks"].values()) == len(kept)
+    assert sum(summary["left_out"].values()) == len(unscheduled) - len(kept)
+    families = {f: m for kind in summary["by_family"].values() for f, m in kind.items()}
+    assert sum(m["final"]["tasks"] for m in families.values()) == len(kept)
+    report = (out / "report.md").read_text()
+    assert f"at least {slowest * 1e6:g} us" in report and "| family | tasks |" in report
+    # Every row is still written; only the figures leave tasks out.
+    assert len((out / "samples.jsonl").read_text().splitlines()) == len(rows)
+
+    nothing = run_eval(models, data_dir, out, target=TARGET, progress=False,
+                       config=replace(CONFIG, min_unscheduled_us=slowest * 1e6 * 10))
+    assert sum(nothing["tasks"].values()) == 0 and nothing["by_model"] == {}
+    again = run_eval(models, data_dir, out, target=TARGET, config=CONFIG, progress=False)
+    assert "left_out" not in again and sum(again["tasks"].values()) == len(unscheduled)
 
 
 def test_an_out_directory_of_another_evaluation_is_refused(evaluation, data_dir, models):

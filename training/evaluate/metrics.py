@@ -19,7 +19,12 @@ session.  What is reported, per model and task kind, follows the field's convent
 * budget curves: per model and kind, the best speedup over the unscheduled kernel among the
   first ``n`` attempts (``n`` measurements spent, in sampling order), over the tasks;
 * what the scripts do (``dragon_dsl.stats``), over the attempts that parse: the share that
-  tile, per family too, their statements (median) and rebinds (mean).
+  tile, per family too, their statements (median) and rebinds (mean);
+* per family: the same best-of-attempts speedups and correctness, per model (``by_family``).
+
+Kernels so fast that timing noise decides their speedups can be left out of every figure
+(``slow_tasks``: the tasks whose unscheduled kernel, measured in the same session, takes at
+least a given time).
 
 >>> rows = [{"model": "a", "task": "t", "kind": "construction", "status": "correct",
 ...          "latency_s": 1.0, "unscheduled_s": 2.0},
@@ -42,8 +47,8 @@ from codegen.measured import compare, speedup
 from dragon_dsl.errors import DragonError
 from dragon_dsl.stats import script_stats
 
-__all__ = ["FAST_P", "best_by_task", "budget_curves", "fast_p", "geomean", "head_to_head",
-           "summarize"]
+__all__ = ["FAST_P", "best_by_task", "budget_curves", "by_family", "fast_p", "geomean",
+           "head_to_head", "slow_tasks", "summarize"]
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
 _NOT_PARSED = {"parse_error"}
@@ -147,6 +152,65 @@ def _figures(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if shapes:
         figures["scripts"] = shapes
     return figures
+
+
+def slow_tasks(rows: list[dict[str, Any]], min_unscheduled_s: float) -> set[str]:
+    """The tasks whose unscheduled kernel took at least ``min_unscheduled_s`` when measured
+    in this session (the median of its rows' references: a resumed run measured some again);
+    a task whose unscheduled kernel did not run is not among them (its speedups have no
+    reference).
+
+    >>> rows = [{"task": "a", "unscheduled_s": 2e-4}, {"task": "b", "unscheduled_s": 1e-5},
+    ...         {"task": "c", "unscheduled_s": None}]
+    >>> sorted(slow_tasks(rows, 5e-5)), sorted(slow_tasks(rows, 0.0))
+    (['a'], ['a', 'b', 'c'])
+    """
+    if min_unscheduled_s <= 0:
+        return {r["task"] for r in rows}
+    times: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row.get("unscheduled_s") is not None:
+            times[row["task"]].append(row["unscheduled_s"])
+    return {task for task, values in times.items()
+            if statistics.median(values) >= min_unscheduled_s}
+
+
+def by_family(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    """``{kind: {family: {model: figures}}}``: per operator family, each model's tasks,
+    correct share per attempt, best-of-attempts speedup over the unscheduled kernel (geometric
+    mean and median over the tasks with a correct attempt) and, for refinement, over the start
+    script.
+
+    >>> rows = [{"model": "a", "task": t, "kind": "k", "family": f, "status": "correct",
+    ...          "latency_s": 1.0, "unscheduled_s": u}
+    ...         for t, f, u in (("t1", "dense", 4.0), ("t2", "dense", 1.0), ("t3", "gemv", 2.0))]
+    >>> f = by_family(rows)["k"]
+    >>> f["dense"]["a"]["tasks"], f["dense"]["a"]["best_speedup_geomean"], sorted(f)
+    (2, 2.0, ['dense', 'gemv'])
+    """
+    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["status"] != "skipped":
+            groups[(row["kind"], row.get("family") or "", row["model"])].append(row)
+    out: dict[str, dict[str, dict[str, dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(dict))
+    for (kind, family, model), group in sorted(groups.items()):
+        best = best_by_task(group)
+        reference = {r["task"]: r for r in group}
+        tasks = sorted(reference)
+        figures: dict[str, Any] = {
+            "tasks": len(tasks),
+            "correct": sum(r["status"] == "correct" for r in group) / len(group)}
+        for name in ("unscheduled", "start"):
+            values = [s for t in tasks if best[(model, t)] is not None
+                      for s in [speedup(reference[t].get(f"{name}_s"),
+                                        best[(model, t)]["latency_s"])] if s is not None]
+            if values:
+                key = "best_speedup" if name == "unscheduled" else "best_over_start"
+                figures[f"{key}_geomean"] = geomean(values)
+                figures[f"{key}_median"] = _median(values)
+        out[kind][family][model] = figures
+    return {k: dict(v) for k, v in out.items()}
 
 
 def script_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -33,6 +33,11 @@ def markdown(summary: dict[str, Any]) -> str:
              f"Target `{summary['target']}`; {summary['attempts']} attempts per task and model; "
              "every latency measured in this run, beside its references.",
              ""]
+    if summary.get("min_unscheduled_us"):
+        left = ", ".join(f"{n} {k}" for k, n in summary.get("left_out", {}).items())
+        lines += [f"Only tasks whose unscheduled kernel took at least "
+                  f"{summary['min_unscheduled_us']:g} us here are counted; left out: {left} "
+                  "(their rows are in samples.jsonl).", ""]
     if METASCHEDULE in summary["by_model"]:
         lines += [f"`{METASCHEDULE}` is MetaSchedule's evolutionary search given as many "
                   "measurements per workload as a model has attempts per task, its trials "
@@ -74,6 +79,7 @@ def markdown(summary: dict[str, Any]) -> str:
                 a, b = pair.split(" vs ")
                 lines.append(f"| {pair} | {a}: {h['wins_a']} | {b}: {h['wins_b']} | "
                              f"{h['ties']} | {h['tasks']} |")
+        lines += _family_table(summary.get("by_family", {}).get(kind, {}), kind)
         lines.append("")
     lines += _script_table(summary)
     lines += ["fast_p: the share of tasks whose best attempt is correct and at least p times "
@@ -87,6 +93,31 @@ def markdown(summary: dict[str, Any]) -> str:
     if len(summary["by_model"]) >= 2:
         lines += ["![scatter](scatter.png)", ""]
     return "\n".join(lines)
+
+
+def _family_table(families: dict[str, dict[str, Any]], kind: str) -> list[str]:
+    """Per family: tasks, then each model's correct share and best speedup (geomean)."""
+    if not families:
+        return []
+    models = list(dict.fromkeys(m for f in families.values() for m in f))
+    over = "over the start script" if kind == "refinement" else "over the unscheduled kernel"
+    lines = ["", f"Per family: correct per attempt, best speedup geomean over the unscheduled "
+             f"kernel{', and ' + over if kind == 'refinement' else ''}.", "",
+             "| family | tasks | " + " | ".join(models) + " |", "|---" * (2 + len(models)) + "|"]
+    for family, by_model in families.items():
+        tasks = max(f["tasks"] for f in by_model.values())
+        cells = []
+        for model in models:
+            f = by_model.get(model)
+            if f is None:
+                cells.append("-")
+                continue
+            cell = f"{_pct(f['correct'])}, {_x(f.get('best_speedup_geomean'))}"
+            if kind == "refinement":
+                cell += f", {_x(f.get('best_over_start_geomean'))}"
+            cells.append(cell)
+        lines.append(f"| {family} | {tasks} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _script_table(summary: dict[str, Any]) -> list[str]:
