@@ -105,7 +105,7 @@ class EvalConfig:
     min_unscheduled_us: float = field(default=0.0, metadata={
         "help": "Leave out of every figure the tasks whose unscheduled kernel, measured in "
                 "this run, takes less than this many microseconds (timing noise decides "
-                "their speedups; issue 26 asks for 50); their rows stay in samples.jsonl and "
+                "their speedups; 50 is a common floor); their rows stay in samples.jsonl and "
                 "a rerun with another value measures nothing again.  0: every task."})
 
     def __post_init__(self) -> None:
