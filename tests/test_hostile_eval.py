@@ -146,6 +146,8 @@ def test_a_model_whose_folder_a_resumed_evaluation_holds_is_refused(server, data
     (["--temperature", "-1"], "temperature"), (["--temperature", "inf"], "temperature"),
     (["--top-p", "7"], "top_p"), (["--max-new-tokens", "-5"], "max_new_tokens"),
     (["--repeat", "0"], "repeat"), (["--tie", "nan"], "tie"), (["--builders", "0"], "builders"),
+    (["--min-unscheduled-us", "-50"], "min_unscheduled_us"),
+    (["--min-unscheduled-us", "inf"], "min_unscheduled_us"),
 ])
 def test_a_bad_count_or_setting_is_refused_before_any_request(flags, field, server, datagen_dir,
                                                               tmp_path, capsys):
