@@ -72,7 +72,7 @@ $(PIPELINE)/sft-tiny/result.json: $(DATA)/refinement/dataset_dict.json
 	    --out $(PIPELINE)/sft-tiny $(if $(wildcard $(PIPELINE)/sft-tiny/config.yaml),--resume)
 
 $(PIPELINE)/rl-tiny/result.json: $(PIPELINE)/sft-tiny/result.json
-	$(BIN)/dragon rl --preset tiny --model $(PIPELINE)/sft-tiny --data $(DATA) \
+	$(BIN)/dragon rl --preset tiny $(RL_FLAGS) --model $(PIPELINE)/sft-tiny --data $(DATA) \
 	    --out $(PIPELINE)/rl-tiny $(if $(wildcard $(PIPELINE)/rl-tiny/config.yaml),--resume)
 
 $(PIPELINE)/eval/summary.json: $(PIPELINE)/rl-tiny/result.json
@@ -89,12 +89,13 @@ DEFAULT_RUNS ?= $(PIPELINE)/default-model
 DEFAULT_DATA ?= corpus/llvm
 DEFAULT_SFT_FLAGS ?= --hidden-size 128 --layers 2 --heads 4 --max-steps 600 --save-steps 200 \
 	--no-keep-best
+DEFAULT_RL_FLAGS ?= --max-steps 120 --save-steps 10 --save-total-limit 20
 DEFAULT_STAGE ?= sft
 MODEL_FILES := config.json generation_config.json model.safetensors tokenizer.json \
 	tokenizer_config.json
 default-model: | $(STAMP)
 	$(MAKE) $(DEFAULT_RUNS)/$(DEFAULT_STAGE)-tiny/result.json PIPELINE=$(DEFAULT_RUNS) \
-	    DATA=$(DEFAULT_DATA) SFT_FLAGS="$(DEFAULT_SFT_FLAGS)"
+	    DATA=$(DEFAULT_DATA) SFT_FLAGS="$(DEFAULT_SFT_FLAGS)" RL_FLAGS="$(DEFAULT_RL_FLAGS)"
 	rm -rf training/models/dragon-tiny.new && mkdir -p training/models/dragon-tiny.new
 	cd $(DEFAULT_RUNS)/$(DEFAULT_STAGE)-tiny/final && \
 	    cp $(MODEL_FILES) $(CURDIR)/training/models/dragon-tiny.new/
