@@ -89,7 +89,7 @@ DEFAULT_RUNS ?= $(PIPELINE)/default-model
 DEFAULT_DATA ?= corpus/llvm
 DEFAULT_SFT_FLAGS ?= --hidden-size 128 --layers 2 --heads 4 --max-steps 600 --save-steps 200 \
 	--no-keep-best
-DEFAULT_RL_FLAGS ?= --max-steps 120 --save-steps 10 --save-total-limit 20
+DEFAULT_RL_FLAGS ?= --max-steps 90 --save-steps 10
 DEFAULT_STAGE ?= sft
 MODEL_FILES := config.json generation_config.json model.safetensors tokenizer.json \
 	tokenizer_config.json
