@@ -20,7 +20,7 @@ session.  What is reported, per model and task kind, follows the field's convent
   first ``n`` attempts (``n`` measurements spent, in sampling order), over the tasks;
 * what the scripts do (``dragon_dsl.stats``), over the attempts that parse: the share that
   tile, per family too, their statements (median) and rebinds (mean);
-* per family: the same best-of-attempts speedups and correctness, per model (``by_family``).
+* per family: the same figures, per model (``by_family``).
 
 Kernels so fast that timing noise decides their speedups can be left out of every figure
 (``slow_tasks``: the tasks whose unscheduled kernel, measured in the same session, takes at
@@ -176,10 +176,8 @@ def slow_tasks(rows: list[dict[str, Any]], min_unscheduled_s: float) -> set[str]
 
 
 def by_family(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
-    """``{kind: {family: {model: figures}}}``: per operator family, each model's tasks,
-    correct share per attempt, best-of-attempts speedup over the unscheduled kernel (geometric
-    mean and median over the tasks with a correct attempt) and, for refinement, over the start
-    script.
+    """``{kind: {family: {model: figures}}}``: ``summarize``'s figures of each model over
+    each operator family's tasks (correct per attempt, best-of-attempts speedups, ...).
 
     >>> rows = [{"model": "a", "task": t, "kind": "k", "family": f, "status": "correct",
     ...          "latency_s": 1.0, "unscheduled_s": u}
@@ -188,29 +186,15 @@ def by_family(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, dict[
     >>> f["dense"]["a"]["tasks"], f["dense"]["a"]["best_speedup_geomean"], sorted(f)
     (2, 2.0, ['dense', 'gemv'])
     """
-    groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    families: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        if row["status"] != "skipped":
-            groups[(row["kind"], row.get("family") or "", row["model"])].append(row)
-    out: dict[str, dict[str, dict[str, dict[str, Any]]]] = defaultdict(
-        lambda: defaultdict(dict))
-    for (kind, family, model), group in sorted(groups.items()):
-        best = best_by_task(group)
-        reference = {r["task"]: r for r in group}
-        tasks = sorted(reference)
-        figures: dict[str, Any] = {
-            "tasks": len(tasks),
-            "correct": sum(r["status"] == "correct" for r in group) / len(group)}
-        for name in ("unscheduled", "start"):
-            values = [s for t in tasks if best[(model, t)] is not None
-                      for s in [speedup(reference[t].get(f"{name}_s"),
-                                        best[(model, t)]["latency_s"])] if s is not None]
-            if values:
-                key = "best_speedup" if name == "unscheduled" else "best_over_start"
-                figures[f"{key}_geomean"] = geomean(values)
-                figures[f"{key}_median"] = _median(values)
-        out[kind][family][model] = figures
-    return {k: dict(v) for k, v in out.items()}
+        families[row.get("family") or ""].append(row)
+    out: dict[str, dict[str, dict[str, dict[str, Any]]]] = defaultdict(dict)
+    for family, group in sorted(families.items()):
+        for model, kinds in summarize(group).items():
+            for kind, figures in kinds.items():
+                out[kind].setdefault(family, {})[model] = figures
+    return dict(out)
 
 
 def script_figures(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -100,9 +100,9 @@ def _family_table(families: dict[str, dict[str, Any]], kind: str) -> list[str]:
     if not families:
         return []
     models = list(dict.fromkeys(m for f in families.values() for m in f))
-    over = "over the start script" if kind == "refinement" else "over the unscheduled kernel"
+    start = ", and over the start script" if kind == "refinement" else ""
     lines = ["", f"Per family: correct per attempt, best speedup geomean over the unscheduled "
-             f"kernel{', and ' + over if kind == 'refinement' else ''}.", "",
+             f"kernel{start}.", "",
              "| family | tasks | " + " | ".join(models) + " |", "|---" * (2 + len(models)) + "|"]
     for family, by_model in families.items():
         tasks = max(f["tasks"] for f in by_model.values())

@@ -1,6 +1,6 @@
 import json, glob, sys
 sys.path.insert(0, '.')
-from training.evaluate.metrics import head_to_head, summarize, slow_tasks, script_figures
+from training.evaluate.metrics import head_to_head, slow_tasks, summarize
 rows = [json.loads(l) for p in glob.glob('runs/s15/evalr/samples/*/*.jsonl') for l in open(p) if l.strip()]
 both = {r['task'] for r in rows if r['model'] == 'sft'} & {r['task'] for r in rows if r['model'] == 'rl'}
 keep = slow_tasks(rows, 50e-6) & both
