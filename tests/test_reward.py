@@ -134,3 +134,59 @@ def test_the_best_is_retimed_and_the_slower_timing_stands(first, again):
     assert best.speedup == pytest.approx(8.0 / max(first, again))
     assert other.outcome.latency_s == 4.0
     assert report.noise == pytest.approx(abs(again - first) / first)
+
+
+def _max_at_k_by_enumeration(rewards, k):
+    """Each reward's value by brute force: the mean best of every k-subset that holds it."""
+    import itertools
+
+    out = []
+    for i in range(len(rewards)):
+        subsets = [s for s in itertools.combinations(range(len(rewards)), k) if i in s]
+        out.append(sum(max(rewards[j] for j in s) for s in subsets) / len(subsets))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_max_at_k_is_the_mean_best_of_the_subsets_that_hold_each_completion(seed):
+    import random
+
+    from training.train.reward import max_at_k
+
+    rng = random.Random(seed)
+    n = rng.randint(1, 9)
+    k = rng.randint(1, n)
+    # repeated values too: ties must not change a value
+    rewards = [rng.choice([-1.0, -0.5, 0.5, rng.uniform(0, 1)]) for _ in range(n)]
+    assert max_at_k(rewards, k) == pytest.approx(_max_at_k_by_enumeration(rewards, k))
+
+
+def test_max_at_k_pays_a_risky_group_more_than_a_safe_one():
+    """The reason for best_of: a safe completion (always 0.6) against a risky one (0.9 or 0.3,
+    the same mean): under the mean both are worth 0.6; under the best of 4, the risky kind's
+    completions are worth more than the safe kind's."""
+    from training.train.reward import max_at_k
+
+    rewards = [0.6, 0.6, 0.6, 0.6, 0.9, 0.3, 0.9, 0.3]
+    values = max_at_k(rewards, 4)
+    safe, risky = values[:4], values[4:]
+    assert sum(safe) / 4 < sum(risky) / 4
+    assert max_at_k(rewards, 1) == rewards
+    with pytest.raises(ValueError, match="k=9"):
+        max_at_k(rewards, 9)
+
+
+def test_best_of_replaces_the_groups_rewards():
+    from codegen.workloads import workload
+
+    spec = "matmul(m=8,n=8,k=8)"
+    latencies = {"a\n": 1.0, "b\n": 4.0, "c\n": 2.0, "d\n": 8.0}  # as split_completion ends
+    plain = Rewarder(evaluator=_Fixed(latencies), config=RewardConfig(retime_best=False))
+    best2 = Rewarder(evaluator=_Fixed(latencies),
+                     config=RewardConfig(retime_best=False, best_of=2))
+    args = dict(prompts=["p"] * 4, completions=list("abcd"), workload=[workload(spec)] * 4)
+    mean_rewards, best_rewards = plain(**args), best2(**args)
+    assert best_rewards == pytest.approx(_max_at_k_by_enumeration(mean_rewards, 2))
+    assert best_rewards[0] == pytest.approx(mean_rewards[0])  # the group's best keeps its own
+    with pytest.raises(ValueError, match="best_of"):
+        RewardConfig(best_of=0)

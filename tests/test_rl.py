@@ -204,3 +204,9 @@ def test_cli_validates_and_refuses(tmp_path, capsys):
     assert "nothing to resume" in capsys.readouterr().err
     assert main(["rl", "--preset", "tiny", "--num-generations", "1"]) == ExitCode.USAGE
     assert "num_generations" in capsys.readouterr().err
+    # best of more completions than a group holds: refused, naming both
+    assert main(["rl", "--preset", "tiny", "--best-of", "8"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "best_of" in err and "num_generations=4" in err
+    assert main(["rl", "--preset", "tiny", "--best-of", "4", "--model", "m", "--validate"]) == 0
+    assert json.loads(capsys.readouterr().out)["best_of"] == 4

@@ -81,6 +81,10 @@ class RLRunConfig(TrainerScale):
         "Speedup (and slowdown) at which the latency bonus saturates."))
     retime_best: bool = field(default=True, metadata=_help(
         "Time each group's fastest correct kernel again, keeping the slower time."))
+    best_of: int = field(default=1, metadata=_help(
+        "Train for the best of this many completions, not their mean: each group's rewards "
+        "become their expected best of best_of (training.train.reward.max_at_k); 1: the mean. "
+        "At most num_generations."))
     seed: int = field(default=0, metadata=_help("Seed of sampling, shuffling and dropout."))
     logging_steps: int = field(default=1, metadata=_help("Steps between metrics lines."))
     save_steps: int = field(default=5, metadata=_help("Steps between checkpoints."))
@@ -106,6 +110,8 @@ def validate_rl(config: RLRunConfig) -> None:
     need(config.beta >= 0, "beta", ">= 0")
     need(0 < config.epsilon < 1, "epsilon", "in (0, 1)")
     need(config.cap > 1, "cap", "> 1")
+    need(1 <= config.best_of <= config.num_generations, "best_of",
+         f"in [1, num_generations={config.num_generations}]")
 
 
 RL_PRESETS: dict[str, RLRunConfig] = {

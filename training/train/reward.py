@@ -18,6 +18,15 @@ amount (group-relative advantages treat a slower and a faster sibling symmetrica
 at ``cap`` (16x by default) so that one outlier cannot dominate its group.  A refinement that
 returns the given script, or one that decodes to the same trace, earns no bonus: 0.5.
 
+Best of k: ``dragon eval`` and the paper's head to head compare the best of k attempts, not their
+mean, and a mean reward can teach the opposite of that: a risky edit (tiling) that is sometimes
+much faster and sometimes slower loses, on average, to a safe one (annotations only), although
+it wins the best of four.  With ``best_of = k > 1`` each group's rewards are replaced by
+``max_at_k``: completion i's value is the expected best reward of a group of k that holds it
+(over every k-subset of its n siblings), the transformation of Pass@K Policy Optimization
+(Walder and Karkhanis, 2025), whose policy gradient is that of the expected best of k.  A group
+of n >= k is needed; TRL's group-relative advantage then subtracts the group's mean.
+
 Noise: the fastest correct completion of a group is timed a second time without the cache, and
 its slower measurement is kept, so a lucky run does not win the group; the relative difference
 between the two timings is reported as the group's noise.
@@ -43,7 +52,7 @@ if TYPE_CHECKING:
     from codegen.targets import TargetLike
     from codegen.workloads.workload import WorkloadLike
 
-__all__ = ["RewardConfig", "Rewarder", "Scored", "score"]
+__all__ = ["RewardConfig", "Rewarder", "Scored", "max_at_k", "score"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,9 @@ class RewardConfig:
     retime_best: bool = field(default=True, metadata={
         "help": "Time the fastest correct completion of a group again and keep the slower "
                 "measurement."})
+    best_of: int = field(default=1, metadata={
+        "help": "k of the objective, the expected best reward of k completions (max_at_k); "
+                "1: the mean reward."})
 
     def __post_init__(self) -> None:
         if not self.malformed <= self.broken <= self.incorrect < self.correct - self.bonus:
@@ -75,6 +87,8 @@ class RewardConfig:
                 f"correct={self.correct}, bonus={self.bonus}")
         if not self.cap > 1.0:
             raise ValueError(f"Expected cap > 1 but got cap={self.cap}")
+        if not (isinstance(self.best_of, int) and self.best_of >= 1):
+            raise ValueError(f"Expected best_of >= 1 but got best_of={self.best_of!r}")
 
 
 @dataclass(frozen=True)
@@ -123,6 +137,40 @@ def score(outcome: Outcome, reference_s: float | None, config: RewardConfig | No
     ratio = max(-1.0, min(1.0, math.log(speedup) / math.log(config.cap)))
     bonus = config.bonus * ratio
     return Scored(config.correct + bonus, outcome, speedup, bonus)
+
+
+def max_at_k(rewards: list[float], k: int) -> list[float]:
+    """Each reward replaced by the mean, over the k-subsets of ``rewards`` that hold it, of the
+    subset's best: with the rewards sorted ascending, r_(1) <= ... <= r_(n), the i-th becomes
+
+        (C(i-1, k-1) r_(i) + sum_{j>i} C(j-2, k-2) r_(j)) / C(n-1, k-1)
+
+    (r_(i) is the best of the C(i-1, k-1) subsets whose other members rank below it; r_(j) of the
+    C(j-2, k-2) that hold both).  k = 1 gives the rewards back; ties keep their values.
+
+    >>> max_at_k([0.0, 1.0], 2)
+    [1.0, 1.0]
+    >>> [round(r, 4) for r in max_at_k([0.2, 0.9, 0.5, 0.4], 2)]  # the best keeps its own
+    [0.6, 0.9, 0.6333, 0.6]
+    >>> max_at_k([0.3, 0.1], 1)
+    [0.3, 0.1]
+    """
+    n = len(rewards)
+    if not 1 <= k <= n:
+        raise ValueError(f"Expected 1 <= k <= {n} (the group's size) but got k={k}")
+    if k == 1:
+        return list(rewards)
+    order = sorted(range(n), key=lambda i: rewards[i])
+    ranked = [rewards[i] for i in order]
+    # above[i]: sum over j > i (0-based, sorted) of C(j-1, k-2) r_(j), built from the top down
+    above = [0.0] * (n + 1)
+    for j in range(n - 1, 0, -1):
+        above[j] = above[j + 1] + math.comb(j - 1, k - 2) * ranked[j]
+    total = math.comb(n - 1, k - 1)
+    out = [0.0] * n
+    for i, index in enumerate(order):
+        out[index] = (math.comb(i, k - 1) * ranked[i] + above[i + 1]) / total
+    return out
 
 
 @dataclass
@@ -239,7 +287,9 @@ class Rewarder:
                 j += 1
             wl = make_workload(workload[i]) if isinstance(workload[i], str) else workload[i]
             report = self.score_group(wl, scripts[i:j], starts[i] or None)
-            rewards[i:j] = [s.reward for s in report.scored]
+            group = [s.reward for s in report.scored]
+            rewards[i:j] = (max_at_k(group, self.config.best_of)
+                            if self.config.best_of > 1 else group)
             i = j
         return rewards
 

@@ -363,7 +363,8 @@ def _train(config: RLRunConfig, run: Path, source: Path, target: Any, prompts: A
         workload_of(dict(zip(prompts["prompt"], prompts["workload"], strict=True))),
         evaluator.target, sampling=config.sampling)
     rewarder = Rewarder(evaluator.target, RewardConfig(cap=config.cap,
-                                                       retime_best=config.retime_best),
+                                                       retime_best=config.retime_best,
+                                                       best_of=config.best_of),
                         measure=config.measure, evaluator=evaluator)
     reward = MeasuredReward(rewarder, rollout)
     try:
