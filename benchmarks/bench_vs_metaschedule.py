@@ -11,9 +11,10 @@ that is in the corpus) and each budget n of candidate kernels timed (8, 16, 32, 
   (the nearest workloads' fastest, tiles refitted), the built-in model's rounds
   (``--model-share`` of the rest, 0.27 by default: two rounds of 8 at 64) and MetaSchedule's
   evolutionary search seeded with everything timed for the rest of the budget; as ``dragon
-  optimize`` by default, the search starts MetaSchedule's own untrained XGBoost
-  (``--cost-model FILE``, e.g. the built-in ``training/models/dragon-tiny/cost_model.tar``,
-  ranks ``--width`` samples per round and the search's candidates instead); its curve is the
+  optimize`` by default, the built-in cost model (``--cost-model``, trained on the kept
+  corpus' search records) ranks ``--width`` carried-over scripts and samples per round down
+  to what is timed, and the search's candidates (``--cost-model none``: nothing ranks the
+  samples, the search starts MetaSchedule's own untrained XGBoost); its curve is the
   best (by our timing) among the first n candidates it timed, and a separate run at 16 again;
 * then, for each n, both best kernels are rebuilt, checked against the unscheduled kernel's
   output and timed together, interleaved (``--retimes`` rounds, the order alternating), by one
@@ -218,10 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--separate", type=int, default=16,
                    help="The budget also run on its own by each side (0: none).")
     p.add_argument("--model", default=None, help="A model directory (default: the built-in).")
-    p.add_argument("--cost-model", default="none",
-                   help="The cost model file (the built-in one: "
-                        f"{DEFAULT_MODEL / 'cost_model.tar'}), or 'none' (as dragon optimize: "
-                        "the search starts MetaSchedule's untrained XGBoost).")
+    p.add_argument("--cost-model", default=str(DEFAULT_MODEL / "cost_model.tar"),
+                   help="The cost model file (default: the built-in one, as dragon optimize "
+                        "on an llvm kernel), or 'none' (the search starts MetaSchedule's "
+                        "untrained XGBoost, nothing ranks the samples).")
     p.add_argument("--model-share", type=float, default=0.27,
                    help="The share of each budget (after --transfer) timed from the model's "
                         "rounds; at least one kernel.  Default 0.27 (two rounds of 8 at 64): "

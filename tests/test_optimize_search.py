@@ -365,3 +365,26 @@ def test_the_model_refines_the_best_between_the_search_rounds(monkeypatch):
     assert result.best.script == SCRIPTS[4] and result.best.source == "refine"
     with pytest.raises(ValueError, match="refine_search >= 0"):
         OptimizeConfig(refine_search=-1)
+
+
+@pytest.mark.parametrize("argv,kind,ranks,width", [
+    ([SPEC], "llvm", True, 32),                              # the built-in cost model ranks 32
+    ([SPEC, "--width", "12"], "llvm", True, 12),
+    ([SPEC, "-k", "40"], "llvm", True, 40),                  # never fewer than a round's k
+    ([SPEC, "--cost-model", "none"], "llvm", False, None),
+    ([SPEC, "--target", "cuda"], "cuda", False, None),         # no built-in model for cuda
+    (["model(name=bert,preset=tiny)"], "llvm", False, None),  # a whole model: not measured
+])
+def test_the_built_in_cost_model_ranks_a_kernels_samples_by_default(argv, kind, ranks, width):
+    """``dragon optimize`` ranks with the built-in cost model where it was measured to help
+    (a kernel on llvm: docs/vs-metaschedule), and only there."""
+    from dragon_dsl.cli import build_parser
+    from dragon_dsl.cli_kit import config_from_args
+    from training.cli.optimize import cli_ranking, is_whole_model
+
+    args = build_parser().parse_args(["optimize", *argv])
+    args.transfer = 0  # as transfer_count leaves it (above)
+    config = config_from_args(OptimizeConfig, args)
+    cost_model, config = cli_ranking(args.cost_model, kind, is_whole_model(args.workload),
+                                     config)
+    assert (cost_model is not None) == ranks and config.width == width

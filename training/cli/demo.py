@@ -102,10 +102,14 @@ def cmd_demo(args) -> int:
         config = config_from_args(DemoConfig, args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    from training.cli.optimize import cli_cost_model
+    from training.cli.optimize import AUTO_WIDTH, cli_cost_model
 
     cost_model = cli_cost_model(args.cost_model, "llvm", config.width,
                                 min(config.k, config.network_k))
+    # auto ranks the layer's samples and carried-over scripts (AUTO_WIDTH of them, as
+    # dragon optimize); the network's tasks get a cost model only when one is named.
+    network_cost_model = None if args.cost_model == "auto" else cost_model
+    kernel_width = config.width or (max(AUTO_WIDTH, config.k) if cost_model is not None else 0)
     wl = None
     if config.kernel:
         from codegen.cli.workloads import cli_workload
@@ -137,7 +141,7 @@ def cmd_demo(args) -> int:
                       "over", flush=True)
             showdown = compare_kernel(model, tokenizer, wl, ev, k=config.k, rounds=config.rounds,
                                       seed=config.seed, population=config.population,
-                                      width=config.width, search=config.search,
+                                      width=kernel_width, search=config.search,
                                       cost_model=cost_model, transfer=config.transfer,
                                       corpus=corpus, progress=not args.quiet)
             rows.append(kernel_row(showdown))
@@ -154,7 +158,7 @@ def cmd_demo(args) -> int:
                                      os.path.join(out, f"{label}.database"), k=config.network_k,
                                      seed=config.seed, population=config.population,
                                      width=config.width, search=config.network_search,
-                                     cost_model=cost_model, progress=not args.quiet,
+                                     cost_model=network_cost_model, progress=not args.quiet,
                                      say=None if args.quiet else say)
             rows.append(network_row(result))
             comparisons += network_comparisons(result)
@@ -202,11 +206,11 @@ def register(subparsers) -> None:
     p.add_argument("--out", metavar="DIR", default=None,
                    help="where the network's MetaSchedule databases go (default: a new "
                         "temporary directory, printed)")
-    p.add_argument("--cost-model", default="none", metavar="FILE",
+    p.add_argument("--cost-model", default="auto", metavar="FILE",
                    help="the cost model that ranks samples and the search's candidates: a file "
-                        "saved by `dragon cost-model`, auto (the built-in one), or none "
-                        "(default: MetaSchedule's own untrained XGBoost in the search, which "
-                        "did better than the built-in one, docs/vs-metaschedule)")
+                        "saved by `dragon cost-model`, auto (default: the built-in one for the "
+                        "layer, as dragon optimize; none for the network), or none "
+                        "(MetaSchedule's own untrained XGBoost in the search)")
     p.add_argument("--json", action="store_true", help="print every figure as JSON")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_demo)

@@ -55,6 +55,9 @@ __all__ = ["default_out", "format_report", "register"]
 # target: measured (docs/vs-metaschedule, section 4), they lifted the best kernel after 8 timed
 # from 0.40x to 1.05x of MetaSchedule's, the model's own first kernels being the slowest.
 AUTO_TRANSFER = 8
+# Samples (and carried-over scripts) a round for the cost model to rank down to what is timed,
+# when one ranks and --width is not given: the benchmark's 32 (docs/vs-metaschedule).
+AUTO_WIDTH = 32
 _SAMPLING = ("temperature", "top_p", "seed", "max_new_tokens", "batch_size")
 _WHOLE_MODEL = "only a whole model (model(...) without task=, or a Relax module file)"
 
@@ -177,7 +180,7 @@ def cmd_optimize(args) -> int:
     measure = measure_from_args(args)
     if args.builders is not None and args.builders < 1:
         raise UsageError(f"Expected --builders >= 1 but got --builders {args.builders}")
-    cost_model = cli_cost_model(args.cost_model, target.kind.name, config.width, config.k)
+    cost_model, config = cli_ranking(args.cost_model, target.kind.name, whole, config)
     corpus = cli_corpus(args.corpus, target.kind.name, config.transfer)
     if whole:
         return run_optimize_model(args, target, config, sampling, measure, path, cost_model,
@@ -221,6 +224,17 @@ def cmd_optimize(args) -> int:
     if lost:
         print(f"dragon: {lost}; the script is in the result printed on stdout", file=sys.stderr)
     return ExitCode.OK if written is not None else ExitCode.FINDINGS
+
+
+def cli_ranking(choice: str, target_kind: str, whole: bool, config: OptimizeConfig):
+    """``--cost-model`` and the config it ranks with: ``auto`` is the built-in cost model for a
+    kernel on llvm (none for a whole model: its tasks were not measured with one), ranking
+    ``AUTO_WIDTH`` samples a round when ``--width`` is not given."""
+    choice = "none" if whole and choice == "auto" else choice
+    cost_model = cli_cost_model(choice, target_kind, config.width, config.k)
+    if cost_model is not None and config.width is None:
+        config = dataclasses.replace(config, width=max(AUTO_WIDTH, config.k))
+    return cost_model, config
 
 
 def cli_cost_model(choice: str, target_kind: str, width: int | None, k: int):
@@ -358,13 +372,15 @@ def register(subparsers) -> None:
                         f"before the model's first round, which then refines the best of them "
                         f"(default: {AUTO_TRANSFER} when a corpus serves the target, as the "
                         f"kept one does llvm; else 0)")
-    p.add_argument("--cost-model", default="none", metavar="FILE",
-                   help="the cost model that ranks --width samples and the --search "
-                        "candidates: a file saved by `dragon cost-model`, auto (the built-in "
-                        "one, trained on the kept corpus, for llvm targets), or none "
-                        "(default: the search starts MetaSchedule's own untrained XGBoost; "
-                        "measured, the built-in one ranked held-out search candidates worse, "
-                        "see docs/vs-metaschedule)")
+    p.add_argument("--cost-model", default="auto", metavar="FILE",
+                   help="the cost model that ranks --width samples (and carried-over scripts) "
+                        "and the --search candidates: a file saved by `dragon cost-model`, "
+                        f"auto (default: for a kernel on llvm the built-in one, trained on the "
+                        f"kept corpus, ranking --width {AUTO_WIDTH} when not given; measured "
+                        "against MetaSchedule at 8 to 64 kernels, 1.26x/1.18x/1.08x/1.08x with "
+                        "it against 1.09x/1.03x/0.95x/1.05x without, docs/vs-metaschedule; a "
+                        "whole model: none), or none (the search starts MetaSchedule's own "
+                        "untrained XGBoost)")
     p.add_argument("--corpus", default="auto", metavar="DIR",
                    help="where --transfer carries scripts over from: a `dragon datagen` output "
                         "folder, auto (the kept corpus of a source checkout, corpus/llvm, for "
