@@ -78,6 +78,7 @@ class LiveSchedule:
         # which TVM resolves only in `compute_at`; always in scope.
         self._locations: dict[str, tuple[str, int]] = {}  # name -> (block, decision)
         self._pieces: set[str] = set()    # loops that a tile or split made
+        self._annotated: set[tuple[str, str]] = set()  # (name, TVM key) the script annotated
 
     # ---- stepping -------------------------------------------------------------------------
 
@@ -89,6 +90,7 @@ class LiveSchedule:
         other.rvs, other.kinds, other._nice = dict(self.rvs), dict(self.kinds), set(self._nice)
         other._locations = dict(self._locations)
         other._pieces = set(self._pieces)
+        other._annotated = set(self._annotated)
         other._decoder = _copy_decoder(self._decoder)
         other._namer = _copy_namer(self._namer)
         other._relocate()
@@ -155,6 +157,9 @@ class LiveSchedule:
         self._namer.taken.update(stmt.targets)
         if stmt.op in ("tile", "split"):
             self._pieces.update(stmt.targets)
+        if stmt.op in ("annotate", "unannotate") and isinstance(stmt.args[0], Ref):
+            held = (stmt.args[0].name, str(stmt.args[1]))
+            (self._annotated.add if stmt.op == "annotate" else self._annotated.discard)(held)
         if stmt.op == "sample_compute_location":
             block = stmt.args[0].name if isinstance(stmt.args[0], Ref) else str(stmt.args[0])
             self._locations.update({t: (block, int(stmt.args[1])) for t in stmt.targets})
@@ -333,6 +338,17 @@ class LiveSchedule:
     def locations(self) -> list[str]:
         """The results of ``sample_compute_location`` whose location still exists."""
         return [n for n in self._locations if self.alive(n)]
+
+    def annotated(self) -> dict[str, list[str]]:
+        """Name alive -> the annotation keys (TVM's, ``meta_schedule.parallel``) this script
+        put on it and has not taken off.  Annotating one again changes at most its value, and
+        MetaSchedule's scripts never do it before ``postproc`` (none of the 1,310 training
+        scripts of the kept corpus' datasets do)."""
+        out: dict[str, list[str]] = {}
+        for name, key in sorted(self._annotated):
+            if name in self.kinds and self.alive(name):
+                out.setdefault(name, []).append(key)
+        return out
 
     def bound_blocks(self) -> list[str]:
         """The blocks a live name already holds.  ``block "NAME"`` for one of them binds a

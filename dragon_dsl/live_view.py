@@ -48,6 +48,7 @@ class LiveView:
     nice: list[str] = field(default_factory=list)
     bound: list[str] = field(default_factory=list)   # ``bound_blocks()``
     piece_names: list[str] = field(default_factory=list)  # ``pieces()``
+    annotated_keys: dict[str, list[str]] = field(default_factory=dict)  # ``annotated()``
     error: str = ""                          # a query failed while recording: narrow nothing
 
     @classmethod
@@ -75,7 +76,7 @@ class LiveView:
                         related[b][op] = None
             return cls(scope=scope, location_names=live.locations(),
                        blocks=live.block_names(), bound=live.bound_blocks(),
-                       piece_names=live.pieces(),
+                       piece_names=live.pieces(), annotated_keys=live.annotated(),
                        loops_of={b: live.loops(b) for b in blocks}, related_of=related,
                        buffers_of={b: live.buffers(b) for b in blocks},
                        extents={lp: live.extent(lp) for lp in loops},
@@ -120,6 +121,9 @@ class LiveView:
 
     def bound_blocks(self) -> list[str]:
         return list(self.bound)
+
+    def annotated(self) -> dict[str, list[str]]:
+        return {n: list(keys) for n, keys in self.annotated_keys.items()}
 
     def loops(self, block: str) -> list[Loop]:
         return list(self.loops_of[block])

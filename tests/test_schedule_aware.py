@@ -366,3 +366,31 @@ def test_a_block_bound_already_is_not_fetched_again():
         assert not admits(lark, 'block "root" -> root_2\n')
         assert not admits(lark, 'block "C" -> C_2\n')
         assert admits(lark, "loops C -> i, j, k\n")
+
+
+def test_an_annotation_is_not_written_twice():
+    """The RL model padded a pooling script with ``annotate root parallel=32`` four times; no
+    MetaSchedule script annotates one name with one key twice (the walks above admit every
+    statement of theirs), so the statement grammar does not admit it.  ``unannotate`` frees
+    the key again, another key stays open, and the isolated sampler's ``LiveView`` answers the
+    same."""
+    wl = workload("pool2d(n=1,c=16,h=16,w=16)")
+    keys = dict(annotations=annotation_keys(wl, "llvm", "llvm"),
+                annotation_values=annotation_values(wl, "llvm", "llvm"),
+                annotation_targets=annotation_targets(wl, "llvm", "llvm"))
+    live = LiveSchedule(wl, "llvm")
+    for line in ['block "pad_temp" -> pad_temp', 'block "root" -> root']:
+        live.step(line)
+    lark = statement_grammar(live, postproc_set="llvm", **keys)
+    assert admits(lark, "annotate root parallel=32\n")
+    live.step("annotate root parallel=32")
+    assert live.annotated() == {"root": ["meta_schedule.parallel"]}
+    view = LiveView.from_data(LiveView.of(live).as_data())
+    for state in (live, view):
+        lark = statement_grammar(state, postproc_set="llvm", **keys)
+        assert not admits(lark, "annotate root parallel=32\n")
+        assert not admits(lark, "annotate root parallel=64\n")  # a new value: still padding
+        assert admits(lark, "annotate root vectorize=64\n")
+    live.step("unannotate root parallel")
+    lark = statement_grammar(live, postproc_set="llvm", **keys)
+    assert admits(lark, "annotate root parallel=32\n")

@@ -12,7 +12,8 @@ built here from that state.  It admits, in canonical layout:
   scope holds yet: fetching a block again changes nothing, and MetaSchedule's scripts never
   do it before ``postproc`` (the RL model learned to pad its scripts with such lines);
 - ``loops B`` binding exactly the loops B has, and only for a block that has loops;
-  ``consumers``/``producers``/``children`` binding exactly the blocks TVM returns;
+  ``consumers``/``producers``/``children`` binding exactly the blocks TVM returns (none
+  too: MetaSchedule's multi-level tiling writes ``consumers C`` of a block without any);
 - ``tile L [..]`` with as many factors as MetaSchedule's design space tiles a loop of the
   kernel into (``tile_lengths``; else 2 to 5), whose product is L's current extent, and
   never of a loop that a tile or split made (MetaSchedule never tiles a piece again);
@@ -20,7 +21,10 @@ built here from that state.  It admits, in canonical layout:
   ``set_scope``);
 - ``sample_categorical`` over the candidate lists MetaSchedule's rules offer for the workload
   and target, with an index inside the list, and ``annotate`` with the keys those rules write
-  (``tiling_structure`` only on a block with loops: MultiLevelTiling reads it to tile one);
+  (``tiling_structure`` only on a block with loops: MultiLevelTiling reads it to tile one),
+  never on a name that this script already annotated with that key (``unannotate`` frees it):
+  the RL model padded its scripts with ``annotate root parallel=32`` again and again, and no
+  MetaSchedule script annotates one name with one key twice;
 - ``postproc auto SET`` for the target's postprocessor set, and only as the last statement.
 
 Statements MetaSchedule rarely writes before ``postproc`` (``tensorize``, ``transform_layout``,
@@ -40,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from dragon_dsl.live import LiveSchedule
 from dragon_dsl.live_view import LiveView
+from dragon_dsl.statements import annotation_key
 
 __all__ = ["FALLBACK_OPS", "GENERAL_KINDS", "THREAD_AXES", "statement_grammar"]
 
@@ -206,16 +211,23 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
         if not annotations:
             r.add("ANNKEY", r"/[a-z_][a-z0-9_]*/")
         if annotation_values:
-            for k, texts in annotation_values.items():
+            held = live.annotated()
+            for i, (k, texts) in enumerate(annotation_values.items()):
                 options = [_lit(t) for t in texts if t != "var"]
                 if "var" in texts and vref:
                     options.append(vref)
                 on = _annotated(k, annotation_targets, bref, lref, anyref)
+                names = {bref: blocks, lref: loops, anyref: blocks + loops}.get(on, [])
                 if k == "tiling_structure" and on == bref:
                     # read by MultiLevelTiling on the block it tiles: a block without loops
                     # (the root) is never tiled, and MetaSchedule never annotates one
-                    looped = [b for b in blocks if live.loops(b)]
-                    on = r.add("tiledref", _alts(_lit(b) for b in looped)) if looped else None
+                    names = [b for b in blocks if live.loops(b)]
+                    on = r.add("tiledref", _alts(_lit(b) for b in names)) if names else None
+                # a name this script already annotated with the key: again changes at most
+                # the value, and MetaSchedule never writes that (live.annotated)
+                free = [n for n in names if annotation_key(k) not in held.get(n, ())]
+                if on and len(free) < len(names):
+                    on = r.add(f"annref{i}", _alts(_lit(n) for n in free)) if free else None
                 if options and on:
                     r.stmt(f'"annotate " {on} {_lit(" " + k + "=")} {_alts(options)}')
         else:
