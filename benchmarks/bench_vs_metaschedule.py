@@ -7,7 +7,8 @@ that is in the corpus) and each budget n of candidate kernels timed (8, 16, 32, 
   max_trials_global=64)`` with its LocalBuilder, LocalRunner and XGBoost cost model, started
   from nothing; its budget curve is the best (by its own timing) among the first n records of
   its database, and one separate run at 16 checks that reading a curve from one run is fair;
-* **dragon**: ``optimize`` with ``--transfer`` (4) scripts carried over from the kept corpus
+* **dragon**: ``optimize`` with ``--transfer`` (8, as ``dragon optimize``) scripts carried
+  over from the kept corpus
   (the nearest workloads' fastest, tiles refitted), the built-in model's rounds
   (``--model-share`` of the rest, 0.27 by default: two rounds of 8 at 64) and MetaSchedule's
   evolutionary search seeded with everything timed for the rest of the budget; as ``dragon
@@ -231,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(docs/vs-metaschedule).")
     p.add_argument("--width", type=int, default=32,
                    help="Samples per model round for the cost model to rank.")
-    p.add_argument("--transfer", type=int, default=4,
+    p.add_argument("--transfer", type=int, default=8,
                    help="Kernels carried over from the kept corpus (the nearest workloads of "
                         "the family, refitted) timed first, at most half each budget; 0: none.")
     p.add_argument("--refine-search", type=int, default=0,
