@@ -102,14 +102,14 @@ def cmd_demo(args) -> int:
         config = config_from_args(DemoConfig, args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    from training.cli.optimize import AUTO_WIDTH, cli_cost_model
+    from training.cli.optimize import cli_cost_model, ranked_width
 
     cost_model = cli_cost_model(args.cost_model, "llvm", config.width,
                                 min(config.k, config.network_k))
-    # auto ranks the layer's samples and carried-over scripts (AUTO_WIDTH of them, as
-    # dragon optimize); the network's tasks get a cost model only when one is named.
+    # auto ranks the layer's samples and carried-over scripts (as many as dragon optimize
+    # ranks); the network's tasks get a cost model only when one is named.
     network_cost_model = None if args.cost_model == "auto" else cost_model
-    kernel_width = config.width or (max(AUTO_WIDTH, config.k) if cost_model is not None else 0)
+    kernel_width = ranked_width(config.width, config.k, cost_model)
     wl = None
     if config.kernel:
         from codegen.cli.workloads import cli_workload

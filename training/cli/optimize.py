@@ -232,9 +232,14 @@ def cli_ranking(choice: str, target_kind: str, whole: bool, config: OptimizeConf
     ``AUTO_WIDTH`` samples a round when ``--width`` is not given."""
     choice = "none" if whole and choice == "auto" else choice
     cost_model = cli_cost_model(choice, target_kind, config.width, config.k)
-    if cost_model is not None and config.width is None:
-        config = dataclasses.replace(config, width=max(AUTO_WIDTH, config.k))
-    return cost_model, config
+    return cost_model, dataclasses.replace(
+        config, width=ranked_width(config.width, config.k, cost_model))
+
+
+def ranked_width(width, k: int, cost_model):
+    """The samples a round to rank: ``width`` when given (not None or 0), else ``AUTO_WIDTH``
+    (at least ``k``) when a cost model ranks, else ``width`` as it was (nothing ranks)."""
+    return width if width or cost_model is None else max(AUTO_WIDTH, k)
 
 
 def cli_cost_model(choice: str, target_kind: str, width: int | None, k: int):

@@ -287,9 +287,7 @@ class Rewarder:
                 j += 1
             wl = make_workload(workload[i]) if isinstance(workload[i], str) else workload[i]
             report = self.score_group(wl, scripts[i:j], starts[i] or None)
-            group = [s.reward for s in report.scored]
-            rewards[i:j] = (max_at_k(group, self.config.best_of)
-                            if self.config.best_of > 1 else group)
+            rewards[i:j] = max_at_k([s.reward for s in report.scored], self.config.best_of)
             i = j
         return rewards
 
