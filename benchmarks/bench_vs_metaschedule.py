@@ -226,10 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                         "untrained XGBoost, nothing ranks the samples).")
     p.add_argument("--model-share", type=float, default=0.27,
                    help="The share of each budget (after --transfer) timed from the model's "
-                        "rounds; at least one kernel.  Default 0.27 (two rounds of 8 at 64): "
-                        "with the model retrained on 489 workloads, 1.12x-1.04x of MetaSchedule "
-                        "at 8-64 against 1.05x-0.93x with one model kernel "
-                        "(docs/vs-metaschedule).")
+                        "rounds; at least one kernel.  Default 0.27 (two rounds of 8 at 64; "
+                        "--ablate model cuts them to one kernel, docs/vs-metaschedule).")
     p.add_argument("--width", type=int, default=32,
                    help="Samples per model round for the cost model to rank.")
     p.add_argument("--transfer", type=int, default=8,

@@ -250,3 +250,16 @@ def test_scripts_handed_in_between_rounds_join_the_database_and_count_as_trials(
     db = ms.database.JSONDatabase(work_dir=str(tmp_path), module_equality="structural")
     assert len(db) == 8
     assert isinstance(handed[0][1], Outcome)
+
+
+def test_a_search_on_every_core_measures_its_trials_and_threads_are_checked(llvm2_evaluator):
+    """``threads=0`` (every core, ``dragon optimize``'s default) runs MetaSchedule's parallel
+    candidate generation and feature extraction; a negative count is refused before any work."""
+    wl = workload(SPEC)
+    rounds = list(search(wl, llvm2_evaluator.target, llvm2_evaluator,
+                         SearchConfig(trials=3, per_round=3, population=16, seed=2), threads=0))
+    assert sum(len(r.scripts) for r in rounds) == 3
+    assert any(o.ok for r in rounds for o in r.outcomes)
+    with pytest.raises(ValueError, match="threads=-1"):
+        next(search(wl, llvm2_evaluator.target, llvm2_evaluator, SearchConfig(trials=1),
+                    threads=-1))

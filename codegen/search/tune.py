@@ -28,6 +28,7 @@ them, the cost model learns from them, and they count against ``trials``.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -226,8 +227,8 @@ def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
 def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | None = None, *,
            rules: str | None = None, work_dir: str | None = None, cost_model: Any = None,
            seeds: Sequence[tuple[str, Outcome]] = (),
-           between: Callable[[int], Sequence[tuple[str, Outcome]]] | None = None
-           ) -> Iterator[Round]:
+           between: Callable[[int], Sequence[tuple[str, Outcome]]] | None = None,
+           threads: int = 1) -> Iterator[Round]:
     """Run MetaSchedule's evolutionary search on ``workload``, measuring with ``evaluator``
     (a ``codegen.measure.Evaluator`` for ``target``); yields each round as it is measured.
 
@@ -236,6 +237,12 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
     place: it keeps learning from every kernel the search times).  ``between(left)``, called
     after each round with the trials left, returns scripts it measured itself (at most
     ``left``): committed like seeds, and counted as trials.
+
+    ``threads`` generate and score the candidates (MetaSchedule's mutations and the cost
+    model's features: ``TuneContext.num_threads``; 0: every core, as ``tune_tir``).  One is
+    reproducible from ``config.seed``; more are faster and are not (MetaSchedule hands its
+    per-thread random states out dynamically).  Not part of ``config``, which names a search
+    (datagen's task keys hash it), not the machine that runs it.
 
     >>> from codegen.measure import Evaluator
     >>> from codegen.workloads import workload
@@ -248,6 +255,8 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
     from ..targets import import_tensor_intrinsics
 
     config = config or SearchConfig()
+    if threads < 0:
+        raise ValueError(f"Expected threads >= 0 but got threads={threads}")
     import_tensor_intrinsics()
     mod = as_module(workload)
     tgt = as_target(target)
@@ -259,7 +268,8 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
             sch_rules=schedule_rules(rules), postprocs=pp_set, mutator_probs=pp_set),
         search_strategy=ms.search_strategy.EvolutionarySearch(
             population_size=config.population),
-        task_name="main", rand_state=config.seed, num_threads=1)
+        task_name="main", rand_state=config.seed,
+        num_threads=threads or os.cpu_count() or 1)
     if work_dir is not None:
         database = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
     else:

@@ -93,6 +93,10 @@ class OptimizeConfig:
         "help": "Start the search from every script the model timed (committed to its "
                 "database and taught to its cost model first); off: from random samples, as "
                 "MetaSchedule alone starts (the ablation of seeding)."})
+    search_threads: int = field(default=0, metadata={
+        "help": "Threads that generate and score the search's candidates (codegen.search."
+                "tune.search's threads); 0: every core, as tune_tir; 1: the search is "
+                "reproducible from the seed."})
     transfer: int = field(default=0, metadata={
         "help": "Scripts carried over from a corpus (the fastest of the nearest workloads of "
                 "the same family, fitted to this one's loops: training.optimize.transfer) "
@@ -116,6 +120,9 @@ class OptimizeConfig:
         if not self.refine_search >= 0:
             raise ValueError(f"Expected refine_search >= 0 but got "
                              f"refine_search={self.refine_search}")
+        if not self.search_threads >= 0:
+            raise ValueError(f"Expected search_threads >= 0 but got "
+                             f"search_threads={self.search_threads}")
         if not self.transfer >= 0:
             raise ValueError(f"Expected transfer >= 0 but got transfer={self.transfer}")
         if self.budget is not None and not self.budget >= 1:
@@ -536,7 +543,8 @@ class _Search:
             self._bar = bar
             try:
                 self._search_rounds(search(self.workload, self.target, self.evaluator, config,
-                                           cost_model=model, seeds=seeds, between=between),
+                                           cost_model=model, seeds=seeds, between=between,
+                                           threads=self.config.search_threads),
                                     bar)
             except Exception as exc:  # noqa: BLE001  MetaSchedule raises what its checks raise
                 lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
