@@ -175,6 +175,7 @@ def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path:
     return Side("dragon", timed, seconds,
                 {"sources": [c.source for c in result.candidates],
                  "latencies_s": [c.latency_s for c in result.candidates],
+                 "statuses": [c.outcome.status.value for c in result.candidates],
                  "spent": result.spent, "config": vars(config)})
 
 
@@ -311,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                            "metaschedule": runs["metaschedule"][args.separate].best_of_first(
                                args.separate)[0]}
                 entry["separate"] = {"budget": args.separate, "scripts": scripts,
-                                     "timed": head_to_head(ev, spec, scripts, args.retimes)}
+                                     "timed": head_to_head(ev, spec, scripts, args.retimes),
+                                     "dragon": runs["dragon"][args.separate].extra}
             entry["dragon"] = ours.extra
             report["workloads"].append(entry)
             Path(args.out).write_text(json.dumps(report, indent=1))

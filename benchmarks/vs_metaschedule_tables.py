@@ -28,6 +28,20 @@ def ratio(timed: dict) -> float | None:
     return theirs / ours if ours and theirs else None
 
 
+def verdict(timed: dict) -> str | None:
+    """"faster", "tie" or "slower" for dragon: a tie when the ratio is within the sum of the
+    two re-timings' relative spreads (their range over the median: wider than
+    ``codegen.measured.compare``'s interquartile range, so it calls more ties)."""
+    r = ratio(timed)
+    if r is None:
+        return None
+    noise = sum((timed[n]["spread_s"] or 0.0) / timed[n]["median_s"]
+                for n in ("dragon", "metaschedule"))
+    if abs(math.log(r)) <= math.log1p(noise):
+        return "tie"
+    return "faster" if r > 1 else "slower"
+
+
 def _us(timed: dict, name: str) -> str:
     secs = timed[name]["median_s"]
     return "-" if secs is None else f"{secs * 1e6:.1f} us"
@@ -47,21 +61,30 @@ def table(title: str, entries: list[dict]) -> list[str]:
             lines.append(f"| {e['workload']} | {n} | {_us(t, 'metaschedule')} | "
                          f"{_us(t, 'dragon')} | {'-' if r is None else f'{r:.2f}x'} | "
                          f"{_us(t, 'unscheduled')} |")
-    lines += ["", "| budget | geomean MS / dragon | median | dragon faster |", "|---|---|---|---|"]
-    by_budget: dict[str, list[float]] = {}
+    lines += ["", "| budget | geomean MS / dragon | median | dragon faster | "
+              "faster / tie / slower, by the spread |", "|---|---|---|---|---|"]
+    by_budget: dict[str, list[dict]] = {}
     for e in entries:
         for n, t in _rows(e):
             if ratio(t) is not None:
-                by_budget.setdefault(n, []).append(ratio(t))
-    for n, rs in by_budget.items():
-        lines.append(f"| {n} | {geomean(rs):.2f}x | {statistics.median(rs):.2f}x | "
-                     f"{sum(r > 1 for r in rs)} of {len(rs)} |")
+                by_budget.setdefault(n, []).append(t)
+    for n, ts in by_budget.items():
+        rs = [ratio(t) for t in ts]
+        verdicts = [verdict(t) for t in ts]
+        lines.append(f"| {n} | {geomean(rs):.3f}x | {statistics.median(rs):.2f}x | "
+                     f"{sum(r > 1 for r in rs)} of {len(rs)} | "
+                     + " / ".join(str(verdicts.count(v)) for v in ("faster", "tie", "slower"))
+                     + " |")
     lines += ["", "| workload | dragon seconds (16 / 64) | MetaSchedule seconds (16 / 64) |",
               "|---|---|---|"]
     for e in entries:
         s = e["seconds"]
         lines.append(f"| {e['workload']} | {s['dragon']['16']:.0f} / {s['dragon']['64']:.0f} | "
                      f"{s['metaschedule']['16']:.0f} / {s['metaschedule']['64']:.0f} |")
+    total = {side: {n: sum(e["seconds"][side][n] for e in entries) for n in ("16", "64")}
+             for side in ("dragon", "metaschedule")}
+    lines.append(f"| all | {total['dragon']['16']:.0f} / {total['dragon']['64']:.0f} | "
+                 f"{total['metaschedule']['16']:.0f} / {total['metaschedule']['64']:.0f} |")
     return lines
 
 
