@@ -29,17 +29,20 @@ def ratio(timed: dict) -> float | None:
 
 
 def verdict(timed: dict) -> str | None:
-    """"faster", "tie" or "slower" for dragon: a tie when the ratio is within the sum of the
-    two re-timings' relative spreads (their range over the median: wider than
-    ``codegen.measured.compare``'s interquartile range, so it calls more ties)."""
-    r = ratio(timed)
-    if r is None:
-        return None
-    noise = sum((timed[n]["spread_s"] or 0.0) / timed[n]["median_s"]
-                for n in ("dragon", "metaschedule"))
-    if abs(math.log(r)) <= math.log1p(noise):
-        return "tie"
-    return "faster" if r > 1 else "slower"
+    """"faster", "tie" or "slower" for dragon, by ``codegen.measured.compare``: a tie when the
+    ratio is within the sum of the two re-timings' relative spreads (here their range over the
+    median, wider than the Evaluator's interquartile range, so it calls more ties)."""
+    from types import SimpleNamespace
+
+    from codegen.measured import compare
+
+    def timing(name: str) -> SimpleNamespace:
+        t = timed[name]
+        return SimpleNamespace(ok=t["median_s"] is not None, latency_s=t["median_s"],
+                               spread_s=t["spread_s"])
+
+    comparison = compare(timing("metaschedule"), timing("dragon"))
+    return comparison.verdict if comparison is not None else None
 
 
 def _us(timed: dict, name: str) -> str:

@@ -381,9 +381,9 @@ def register(subparsers) -> None:
                    help="the cost model that ranks --width samples (and carried-over scripts) "
                         "and the --search candidates: a file saved by `dragon cost-model`, "
                         f"auto (default: for a kernel on llvm the built-in one, trained on the "
-                        f"kept corpus, ranking --width {AUTO_WIDTH} when not given, the configuration "
-                        "measured against MetaSchedule in docs/vs-metaschedule; a whole "
-                        "model: none), or none (the search starts MetaSchedule's own "
+                        f"kept corpus, ranking --width {AUTO_WIDTH} when not given, the "
+                        "configuration measured against MetaSchedule in docs/vs-metaschedule; "
+                        "a whole model: none), or none (the search starts MetaSchedule's own "
                         "untrained XGBoost)")
     p.add_argument("--corpus", default="auto", metavar="DIR",
                    help="where --transfer carries scripts over from: a `dragon datagen` output "
