@@ -176,6 +176,8 @@ def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path:
                 {"sources": [c.source for c in result.candidates],
                  "latencies_s": [c.latency_s for c in result.candidates],
                  "statuses": [c.outcome.status.value for c in result.candidates],
+                 "timeouts": [f"{c.source}: {c.outcome.message}" for c in result.candidates
+                              if c.outcome.status.value == "timeout"],
                  "spent": result.spent, "config": vars(config)})
 
 
@@ -213,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     from codegen.measure import Evaluator
     from training.cli.common import load_model
     from training.models.builtin import DEFAULT_MODEL, default_model_dir
+    from training.optimize.kernel import MEASURE
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workloads", nargs="*", default=HELD_OUT,
@@ -277,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     top = max(args.budgets)
     rows, report = [], {"target": TARGET, "budgets": args.budgets, "args": vars(args),
                         "workloads": []}
-    with Evaluator(TARGET, cache=False) as ev:
+    with Evaluator(TARGET, cache=False, config=MEASURE) as ev:
         for spec in args.workloads:
             if earlier is not None:
                 theirs = Recorded.of(earlier, spec, top)

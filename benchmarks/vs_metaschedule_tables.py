@@ -78,17 +78,26 @@ def table(title: str, entries: list[dict]) -> list[str]:
                      f"{sum(r > 1 for r in rs)} of {len(rs)} | "
                      + " / ".join(str(verdicts.count(v)) for v in ("faster", "tie", "slower"))
                      + " |")
-    lines += ["", "| workload | dragon seconds (16 / 64) | MetaSchedule seconds (16 / 64) |",
-              "|---|---|---|"]
+    lines += ["", "| workload | dragon seconds (16 / 64) | MetaSchedule seconds (16 / 64) | "
+              "dragon kernels timed out (16 / 64) |", "|---|---|---|---|"]
     for e in entries:
         s = e["seconds"]
         lines.append(f"| {e['workload']} | {s['dragon']['16']:.0f} / {s['dragon']['64']:.0f} | "
-                     f"{s['metaschedule']['16']:.0f} / {s['metaschedule']['64']:.0f} |")
+                     f"{s['metaschedule']['16']:.0f} / {s['metaschedule']['64']:.0f} | "
+                     f"{_timeouts(e.get('separate', {}).get('dragon'))} / "
+                     f"{_timeouts(e.get('dragon'))} |")
     total = {side: {n: sum(e["seconds"][side][n] for e in entries) for n in ("16", "64")}
              for side in ("dragon", "metaschedule")}
     lines.append(f"| all | {total['dragon']['16']:.0f} / {total['dragon']['64']:.0f} | "
-                 f"{total['metaschedule']['16']:.0f} / {total['metaschedule']['64']:.0f} |")
+                 f"{total['metaschedule']['16']:.0f} / {total['metaschedule']['64']:.0f} | |")
     return lines
+
+
+def _timeouts(extra: dict | None) -> str:
+    """How many of a dragon run's kernels timed out ("-" for a report that kept no statuses)."""
+    if not extra or "statuses" not in extra:
+        return "-"
+    return str(extra["statuses"].count("timeout"))
 
 
 def main(argv: list[str]) -> int:

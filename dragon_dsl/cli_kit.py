@@ -134,9 +134,11 @@ def parse_target(value: Any) -> Any:
 def add_config_arguments(parser: argparse.ArgumentParser, config: type, *,
                          only: tuple[str, ...] | None = None,
                          aliases: dict[str, tuple[str, ...]] | None = None,
-                         layered: bool = False, given_only: bool = False) -> None:
+                         layered: bool = False, given_only: bool = False,
+                         defaults: Any = None) -> None:
     """Add ``--field-name`` for each field of the dataclass ``config`` (those in ``only``, when
-    given), with the field's ``help`` metadata, type and default; a nested config field
+    given), with the field's ``help`` metadata, type and default (``defaults``' value when
+    given: an instance of ``config``, for a command whose defaults differ); a nested config field
     (``dragon_dsl.configs``) adds the flags its ``flags`` metadata names, under their own names
     and with its default's values.  ``aliases`` adds more flags for a field
     (``{"n": ("-n",)}``).  ``given_only``: a flag not given is left out of the parsed flags
@@ -148,7 +150,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, config: type, *,
     inner = nested(config)
     own = tuple(f.name for f in dataclasses.fields(config)
                 if f.name not in inner and (only is None or f.name in only))
-    _add_fields(parser, config, None, own, aliases or {}, layered, given_only)
+    _add_fields(parser, config, defaults, own, aliases or {}, layered, given_only)
     for name, (kind, default, flags) in inner.items():
         if only is None or name in only:
             _add_fields(parser, kind, default, flags, aliases or {}, layered, given_only)

@@ -69,3 +69,27 @@ def test_given_only_tells_a_flag_given_from_its_default():
     args = parser.parse_args(["--repeat", "3"])
     assert given_flags(MeasureConfig, args) == {"repeat": 3}
     assert config_from_args(MeasureConfig, args) == MeasureConfig(repeat=3)
+
+
+def test_a_command_with_defaults_of_its_own_shows_and_parses_them():
+    own = MeasureConfig(limit_factor=10.0)
+    parser = _parser(MeasureConfig, defaults=own)
+    actions = {a.dest: a for a in parser._actions if a.dest != "help"}
+    assert "(default: 10.0)" in actions["limit_factor"].help
+    assert config_from_args(MeasureConfig, parser.parse_args([])) == own
+    off = parser.parse_args(["--limit-factor", "0"])
+    assert config_from_args(MeasureConfig, off) == MeasureConfig()
+
+
+def test_dragon_optimize_stops_far_slower_scripts_early_and_datagen_does_not():
+    from dragon_dsl.cli import build_parser
+    from training.cli.common import measure_from_args
+    from training.optimize.kernel import MEASURE
+
+    parser = build_parser()
+    optimize = parser.parse_args(["optimize", "matmul(m=8,n=8,k=8)"])
+    assert measure_from_args(optimize) == MEASURE and MEASURE.limit_factor == 10.0
+    off = parser.parse_args(["optimize", "matmul(m=8,n=8,k=8)", "--limit-factor", "0"])
+    assert measure_from_args(off).limit_factor == 0.0
+    datagen = parser.parse_args(["datagen", "--out", "x"])
+    assert measure_from_args(datagen).limit_factor == 0.0

@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ import pytest
 import dragon_dsl
 from codegen.measure import MeasureConfig
 from codegen.measure.cache import Cache
-from codegen.measure.evaluator import Evaluator
+from codegen.measure.evaluator import Evaluator, workload_identity
 from codegen.measure.outcomes import Outcome, Status
 from codegen.measure.protocol import PingJob, ReferenceJob, WorkloadData
 from codegen.measure.verify import compare, poison
@@ -113,6 +114,31 @@ def test_unwritten_outputs_are_caught_by_the_poison(ev):
     assert outcome.status is Status.INCORRECT
     assert outcome.unwritten == 16 * 8
     assert "never written" in outcome.message
+
+
+def test_an_adaptive_limit_stops_a_script_far_slower_than_any_before_it_never_a_baseline():
+    wl = workload("matmul(m=384,n=384,k=384)")
+    adaptive = MeasureConfig(repeat=3, min_repeat_ms=1.0, limit_factor=2.0, limit_floor_s=0.01)
+    identity = workload_identity(wl)
+    with Evaluator("llvm", cache=False, config=adaptive, builders=1) as ev:
+        assert ev.limits.limit(identity, "run", adaptive) == adaptive.run_timeout_s
+        # As if every kernel before it had run in 5 ms: the unscheduled kernel (~0.1-0.5 s a
+        # call, five calls) is stopped at 2 x 5 ms, and the message says why.
+        ev.limits.observe(identity, "run", 0.005)
+        [slow] = ev.evaluate(wl, ['block "C" -> b0'])
+        assert slow.status is Status.TIMEOUT and slow.stage in ("load", "verify", "time")
+        assert "adaptive: 2x the slowest run of this workload so far" in slow.message
+        assert ev.limits.slowest(identity, "build") is not None  # its build finished, counted
+        # The same kernel as a baseline gets the configured limit, and what it took counts.
+        unscheduled = ev.evaluate_modules(wl, {"unscheduled": wl.mod})["unscheduled"]
+        assert unscheduled.ok and ev.limits.slowest(identity, "run") > 0.05
+        ev.config = replace(adaptive, limit_factor=5.0)
+        [again] = ev.evaluate(wl, ['block "C" -> b0'])
+        assert again.ok
+        # Off (the default), the same history stops nothing.
+        ev.limits.observe(identity, "run", 0.005)
+        ev.config = replace(adaptive, limit_factor=0.0)
+        assert ev.limits.limit(identity, "run", ev.config) == adaptive.run_timeout_s
 
 
 def test_a_kernel_past_its_time_limit_times_out_and_the_next_one_runs(tmp_path):

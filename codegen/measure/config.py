@@ -14,7 +14,9 @@ _RANGES = {"repeat": "at least one timed repeat", "min_repeat_ms": "a non-negati
            "warmup": "a non-negative warmup", "build_timeout_s": "a positive build_timeout_s",
            "run_timeout_s": "a positive run_timeout_s",
            "reference_timeout_s": "a positive reference_timeout_s",
-           "memory_limit_mb": "a memory_limit_mb of at least 64 (MiB)"}
+           "memory_limit_mb": "a memory_limit_mb of at least 64 (MiB)",
+           "limit_factor": "a non-negative limit_factor",
+           "limit_floor_s": "a positive limit_floor_s"}
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,11 @@ class MeasureConfig:
         "help": "Seconds to load, verify and time one candidate."})
     reference_timeout_s: float = field(default=600.0, metadata={
         "help": "Seconds to compute the unscheduled reference, once per workload."})
+    limit_factor: float = field(default=0.0, metadata={
+        "help": "Stop a candidate's build or run at this many times the slowest one of the "
+                "same workload so far (0: the fixed limits only; never above them)."})
+    limit_floor_s: float = field(default=10.0, metadata={
+        "help": "The shortest limit --limit-factor sets (seconds)."})
     memory_limit_mb: int = field(default=8192, metadata={
         "help": "A worker above this resident memory (MiB) is killed."})
     flush_l2: bool = field(default=True, metadata={
@@ -49,7 +56,9 @@ class MeasureConfig:
                   ("warmup", self.warmup >= 0), ("build_timeout_s", self.build_timeout_s > 0),
                   ("run_timeout_s", self.run_timeout_s > 0),
                   ("reference_timeout_s", self.reference_timeout_s > 0),
-                  ("memory_limit_mb", self.memory_limit_mb >= 64)]
+                  ("memory_limit_mb", self.memory_limit_mb >= 64),
+                  ("limit_factor", self.limit_factor >= 0),
+                  ("limit_floor_s", self.limit_floor_s > 0)]
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"Expected {_RANGES[name]} but got {name}={getattr(self, name)!r}")

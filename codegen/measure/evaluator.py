@@ -16,6 +16,7 @@ import os
 import queue
 import shutil
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from .build import Artifact
 from .cache import Cache, cache_key
 from .config import MeasureConfig
 from .devices import Device, create
+from .limits import AdaptiveLimits
 from .outcomes import Outcome, Status
 from .protocol import BuildJob, Built, DescribeJob, ReferenceJob, RunJob, WorkloadData
 from .worker import JobCrashed, JobTimeout, Worker, WorkerError
@@ -90,6 +92,11 @@ class Evaluator:
     kernels run is a ``codegen.measure.devices.Device``, chosen once from the target and
     ``rpc`` (see ``codegen.measure.remote``), or given as ``device``.  ``cache`` is a
     ``Cache``, a path, None (the default cache file) or False (no cache).
+
+    With ``config.limit_factor`` above 0, a script's build and run are stopped at that many
+    times the slowest one of the same workload this evaluator has seen finish
+    (``codegen.measure.limits``); baselines (``evaluate_modules``) always get the configured
+    limits, and what they take counts.
     """
 
     def __init__(self, target: TargetLike = "llvm", *, builders: int | None = None,
@@ -116,6 +123,7 @@ class Evaluator:
         self.runner = self.runtime.worker(self.config.memory_limit_mb)
         self._all.append(self.runner)
         self._info = self.runtime.known_info()
+        self.limits = AdaptiveLimits()
 
     @property
     def device(self) -> str:
@@ -140,7 +148,7 @@ class Evaluator:
                 items.append(_Item(None, outcome=Outcome(
                     Status.PARSE_ERROR, "parse", getattr(exc, "reason", str(exc)),
                     getattr(exc, "line", None), getattr(exc, "column", None))))
-        return self._run(workload, items)
+        return self._run(workload, items, adaptive=True)
 
     def evaluate_modules(self, workload: WorkloadLike,
                          modules: dict[str, Any]) -> dict[str, Outcome]:
@@ -152,9 +160,10 @@ class Evaluator:
             text = tvm.ir.save_json(as_module(mod))
             items.append(_Item("module:" + hashlib.sha256(text.encode()).hexdigest(),
                                module=text))
-        return dict(zip(modules, self._run(workload, items), strict=True))
+        return dict(zip(modules, self._run(workload, items, adaptive=False), strict=True))
 
-    def _run(self, workload: WorkloadLike, items: list[_Item]) -> list[Outcome]:
+    def _run(self, workload: WorkloadLike, items: list[_Item], *,
+             adaptive: bool) -> list[Outcome]:
         wl = WorkloadData.of(workload)
         identity = workload_identity(workload)
         observed = f"{identity}:{workload_text_hash(workload)}"
@@ -171,9 +180,11 @@ class Evaluator:
             work_dir = tempfile.mkdtemp(prefix="dragon-build-")
             try:
                 with ThreadPoolExecutor(len(self._all) - 1) as pool:
-                    list(pool.map(lambda pair: self._build(wl, pair[1], work_dir, pair[0]),
+                    list(pool.map(lambda pair: self._build(wl, pair[1], work_dir, pair[0],
+                                                           identity, adaptive),
                                   enumerate(todo)))
-                self._measure_all(wl, [i for i in todo if i.artifact is not None])
+                self._measure_all(wl, [i for i in todo if i.artifact is not None], identity,
+                                  adaptive)
             finally:
                 shutil.rmtree(work_dir, ignore_errors=True)
             if self.cache is not None:
@@ -187,15 +198,27 @@ class Evaluator:
                                        device=self.device, settings=settings)
         return [i.outcome for i in items if i.outcome is not None]
 
-    def _build(self, wl: WorkloadData, item: _Item, work_dir: str, index: int) -> None:
+    def _limit(self, identity: str, stage: str, adaptive: bool) -> tuple[float, str]:
+        """The time limit for a ``stage`` of ``identity``, and why it is what it is."""
+        if not adaptive:
+            return float(self.config.build_timeout_s if stage == "build"
+                         else self.config.run_timeout_s), ""
+        return (self.limits.limit(identity, stage, self.config),
+                self.limits.why(identity, stage, self.config))
+
+    def _build(self, wl: WorkloadData, item: _Item, work_dir: str, index: int,
+               identity: str = "", adaptive: bool = False) -> None:
         job = BuildJob(wl, self.target_dict, os.path.join(work_dir, str(index)),
                        script=item.script, module=item.module)
+        limit, why = self._limit(identity, "build", adaptive)
         worker = self._builders.get()
         try:
             with self.runtime.building():
-                reply = worker.call(job, timeout=self.config.build_timeout_s)
+                began = time.monotonic()
+                reply = worker.call(job, timeout=limit)
+                self.limits.observe(identity, "build", time.monotonic() - began)
         except WorkerError as exc:
-            item.outcome = _from_exception(exc)
+            item.outcome = _from_exception(exc, why)
             return
         finally:
             self._builders.put(worker)
@@ -205,7 +228,8 @@ class Evaluator:
             item.outcome = Outcome(reply.status, reply.stage, reply.message, reply.line,
                                    reply.column)
 
-    def _measure_all(self, wl: WorkloadData, ready: list[_Item]) -> None:
+    def _measure_all(self, wl: WorkloadData, ready: list[_Item], identity: str,
+                     adaptive: bool) -> None:
         if not ready:
             return
         info = self._device_info()
@@ -219,7 +243,8 @@ class Evaluator:
             failed = self._prepare(wl)
             for item in ready:
                 assert item.artifact is not None
-                item.outcome = failed or self._measure(wl, item.artifact, item.build_s)
+                item.outcome = failed or self._measure(wl, item.artifact, item.build_s,
+                                                       identity, adaptive)
                 item.transient = failed is not None
 
     def _prepare(self, wl: WorkloadData) -> Outcome | None:
@@ -234,12 +259,16 @@ class Evaluator:
                            f"the unscheduled reference kernel failed: {exc}", signal=failed.signal)
         return None
 
-    def _measure(self, wl: WorkloadData, artifact: Artifact, build_s: float | None) -> Outcome:
+    def _measure(self, wl: WorkloadData, artifact: Artifact, build_s: float | None,
+                 identity: str = "", adaptive: bool = False) -> Outcome:
         job = RunJob(wl, artifact, self.config, self.runtime.ref)
+        limit, why = self._limit(identity, "run", adaptive)
         try:
-            reply = self.runner.call(job, timeout=self.config.run_timeout_s)
+            began = time.monotonic()
+            reply = self.runner.call(job, timeout=limit)
+            self.limits.observe(identity, "run", time.monotonic() - began)
         except WorkerError as exc:
-            return replace(_from_exception(exc), build_s=build_s)
+            return replace(_from_exception(exc, why), build_s=build_s)
         assert isinstance(reply, Outcome)
         return replace(reply, build_s=build_s)
 
@@ -258,10 +287,10 @@ class Evaluator:
         self.close()
 
 
-def _from_exception(exc: WorkerError) -> Outcome:
+def _from_exception(exc: WorkerError, why: str = "") -> Outcome:
     stage = exc.stage
     if isinstance(exc, JobTimeout):
-        return Outcome(Status.TIMEOUT, stage, str(exc))
+        return Outcome(Status.TIMEOUT, stage, str(exc) + why)
     status = _STAGE_STATUS.get(stage, Status.RUNTIME_ERROR)
     return Outcome(status, stage, str(exc),
                    signal=exc.signal if isinstance(exc, JobCrashed) else None)

@@ -97,6 +97,7 @@ def cmd_demo(args) -> int:
     from codegen.measure import Evaluator
     from codegen.targets import as_target
     from training.optimize.demo import compare_kernel
+    from training.optimize.kernel import MEASURE
 
     try:
         config = config_from_args(DemoConfig, args)
@@ -132,7 +133,8 @@ def cmd_demo(args) -> int:
     started = time.perf_counter()
     target = as_target("llvm")
     rows, parts, comparisons = [], {}, []
-    with Evaluator(target, cache=False) as ev, contextlib.redirect_stdout(sys.stderr):
+    with Evaluator(target, cache=False, config=MEASURE) as ev, \
+            contextlib.redirect_stdout(sys.stderr):
         model, tokenizer = load_model(path)
         if wl is not None:
             print(f"== 1. a layer: {wl.spec}", flush=True)

@@ -45,7 +45,7 @@ from training.cli.common import (
     script_to_refine,
 )
 from training.cli.optimize_model import check_writable, is_whole_model, run_optimize_model
-from training.optimize.kernel import OptimizeConfig
+from training.optimize.kernel import MEASURE, OptimizeConfig
 from training.optimize.model import ModelOptimizeConfig
 from training.sampling.config import SamplingConfig
 
@@ -400,7 +400,7 @@ def register(subparsers) -> None:
     # Whole-model flags: a kernel refuses them, so they are told apart from their defaults.
     add_config_arguments(p, ModelOptimizeConfig, given_only=True)
     add_config_arguments(p, SamplingConfig, only=_SAMPLING)
-    add_measure_arguments(p)
+    add_measure_arguments(p, defaults=MEASURE)
     p.add_argument("--builders", type=int, default=None,
                    help="parallel build workers (default: one per core)")
     p.add_argument("--json", action="store_true", help="print the whole result as JSON")

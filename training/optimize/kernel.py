@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from codegen.measure.config import MeasureConfig
 from codegen.measured import (
     UNTUNED,
     Baselines,
@@ -53,8 +54,15 @@ from training.optimize.budget import Account, OptimizeError, StartCost
 from training.optimize.propose import ProposeError
 from training.sampling.config import SamplingConfig
 
-__all__ = ["Candidate", "OptimizeConfig", "OptimizeError", "OptimizeResult", "RefineError",
-           "Round", "Start", "measure_start", "optimize"]
+__all__ = ["MEASURE", "Candidate", "OptimizeConfig", "OptimizeError", "OptimizeResult",
+           "RefineError", "Round", "Start", "measure_start", "optimize"]
+
+# How ``optimize`` measures unless told otherwise (``dragon optimize``'s flags, the demo and the
+# benchmark against MetaSchedule): ``MeasureConfig``'s defaults, but a script's build or run
+# that takes ten times the slowest one of the workload before it is stopped (at least 10 s):
+# a search has no use for such a kernel, and the fixed limits (120 s, 60 s) cost a run of 16
+# kernels up to 230 s of its 264 in the seventeenth session's benchmark.
+MEASURE = MeasureConfig(limit_factor=10.0)
 
 
 class RefineError(ProposeError):
@@ -348,7 +356,8 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
                          f"from")
     owned = evaluator is None
     if owned:
-        evaluator = Evaluator("llvm" if target is None else target, cache=False)
+        evaluator = Evaluator("llvm" if target is None else target, cache=False,
+                              config=MEASURE)
     else:
         _check_target(target, evaluator)
     target = evaluator.target

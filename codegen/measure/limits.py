@@ -1,0 +1,68 @@
+"""Time limits that adapt to what an ``Evaluator`` has measured: a candidate whose build or run
+takes many times the slowest one of the same workload before it is stopped early.
+
+A run lasts about ``repeat`` times the longer of ``min_repeat_ms`` and one call of the kernel,
+plus loading and verifying it: a run ten times the slowest completed run of the workload is a
+kernel slower than any kernel seen on it, which a search has no use for (or a hung one).  It
+is stopped at ``limit_factor`` times the slowest, never below ``limit_floor_s`` and never above
+the configured limit (``build_timeout_s``, ``run_timeout_s``).  A workload with nothing
+finished yet gets the configured limit.
+
+>>> from codegen.measure.config import MeasureConfig
+>>> config, limits = MeasureConfig(limit_factor=10, limit_floor_s=1.0), AdaptiveLimits()
+>>> limits.limit("wl", "run", config)
+60.0
+>>> limits.observe("wl", "run", 0.5)
+>>> limits.limit("wl", "run", config)
+5.0
+>>> limits.observe("wl", "run", 9.0)
+>>> limits.limit("wl", "run", config)
+60.0
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .config import MeasureConfig
+
+__all__ = ["AdaptiveLimits"]
+
+_CONFIGURED = {"build": "build_timeout_s", "run": "run_timeout_s"}
+
+
+class AdaptiveLimits:
+    """The slowest finished build and run per workload, and the limits they imply."""
+
+    def __init__(self) -> None:
+        self._slowest: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()  # builds finish on several threads at once
+
+    def observe(self, workload: str, stage: str, seconds: float) -> None:
+        """A build or run of ``workload`` that finished (correct or not) in ``seconds``."""
+        with self._lock:
+            key = (workload, stage)
+            self._slowest[key] = max(seconds, self._slowest.get(key, 0.0))
+
+    def slowest(self, workload: str, stage: str) -> float | None:
+        with self._lock:
+            return self._slowest.get((workload, stage))
+
+    def limit(self, workload: str, stage: str, config: MeasureConfig) -> float:
+        """The limit for the next ``stage`` ("build" or "run") of ``workload``: the configured
+        one when ``config.limit_factor`` is 0 or nothing finished yet."""
+        configured = float(getattr(config, _CONFIGURED[stage]))
+        slowest = self.slowest(workload, stage)
+        if config.limit_factor <= 0 or slowest is None:
+            return configured
+        return min(configured, max(config.limit_floor_s, config.limit_factor * slowest))
+
+    def why(self, workload: str, stage: str, config: MeasureConfig) -> str:
+        """Why the limit is below the configured one, for a timeout's message; "" if it is not."""
+        configured = float(getattr(config, _CONFIGURED[stage]))
+        slowest = self.slowest(workload, stage)
+        if slowest is None or self.limit(workload, stage, config) >= configured:
+            return ""
+        return (f" (adaptive: {config.limit_factor:g}x the slowest {stage} of this workload so "
+                f"far, {slowest:.3g} s; at least {config.limit_floor_s:g} s, at most "
+                f"{configured:g} s)")
