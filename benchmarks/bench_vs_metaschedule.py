@@ -242,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                         "search's rounds (OptimizeConfig.refine_search); 0: none.")
     p.add_argument("--retimes", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mcpu", default=None,
+                   help="Add an mcpu to the target of both sides (e.g. sapphirerapids: LLVM "
+                        "then uses the host's vector units; the corpus and the cost model were "
+                        "measured without one).")
     p.add_argument("--ablate", choices=["ranking", "seeding", "model"], default=None,
                    help="Turn one part of dragon's side off, to measure what it contributes.")
     p.add_argument("--metaschedule-from", default=None, metavar="JSON",
@@ -254,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="Kernels timed per task of each --network, by each side.")
     p.add_argument("--out", default="bench_vs_metaschedule.json")
     args = p.parse_args(argv)
+    if args.mcpu:
+        TARGET["mcpu"] = args.mcpu  # the one target of the run, both sides and the networks'
 
     held = trained_specs()
     seen = [w for w in args.workloads if w in held]

@@ -55,8 +55,20 @@ def schedule_of(workload: Any, **kwargs: Any):
 
 # Short target names.  "cuda" is the H100 tag; which rules a search uses is a separate,
 # explicit choice (the postprocessor set of ``postproc auto``), never derived from the arch.
+def host_llvm() -> dict[str, Any]:
+    """``llvm`` with this machine's CPU named (``mcpu``, as LLVM detects it: what clang's
+    ``-mcpu=native`` picks), so that LLVM uses its vector units (AVX2, AVX-512); plain ``llvm``
+    compiles for a generic x86-64 (SSE2).  The corpus and the cost model were measured on
+    plain ``llvm``; ``docs/vs-metaschedule`` measures the difference."""
+    from tvm.target import codegen
+
+    return {**TARGETS["llvm"], "mcpu": str(codegen.llvm_get_system_cpu())}
+
+
+# Short names: a target spec, or a function that makes one on this machine.
 TARGETS: dict[str, Any] = {
     "llvm": {"kind": "llvm", "num-cores": 2},
+    "llvm-host": host_llvm,
     "cuda": "nvidia/nvidia-h100",
 }
 
@@ -68,7 +80,7 @@ def as_target(target: Any):
     if isinstance(target, tvm.target.Target):
         return target
     if isinstance(target, str) and target in TARGETS:
-        target = TARGETS[target]
+        target = TARGETS[target]() if callable(TARGETS[target]) else TARGETS[target]
     if isinstance(target, str | dict):
         try:
             return tvm.target.Target(target)

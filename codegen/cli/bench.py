@@ -165,7 +165,8 @@ def register(subparsers) -> None:
                    "--workload 'matmul(m=64,n=64,k=64)'"))
     p.add_argument("script", help="a .dragon file, or - for standard input")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
-    p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")
+    p.add_argument("--target", default="llvm",
+                   help="llvm, llvm-host (this CPU's vector units), cuda, a tag or a JSON dict")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds the worker may take (default: 300)")
     p.add_argument("--memory-limit-mb", type=int, default=MeasureConfig.memory_limit_mb,
@@ -183,7 +184,8 @@ def register(subparsers) -> None:
                    "--baselines unscheduled,metaschedule --trials 16 --json"))
     p.add_argument("scripts", nargs="*", help=".dragon files (- for standard input)")
     p.add_argument("--workload", required=True, help="a workload spec or TVMScript file")
-    p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict")
+    p.add_argument("--target", default="llvm",
+                   help="llvm, llvm-host (this CPU's vector units), cuda, a tag or a JSON dict")
     p.add_argument("--baselines", default=",".join(UNTUNED),
                    help=f"comma-separated, from {','.join(BASELINES)}, or none "
                         f"(default: {','.join(UNTUNED)})")

@@ -366,8 +366,9 @@ def register(subparsers) -> None:
     p.add_argument("--model", help="a local model directory or a `dragon sft`/`dragon rl` run "
                    "directory (its final/); default: the built-in demonstration model "
                    "(training/models/dragon-tiny)")
-    p.add_argument("--target", default="llvm", help="llvm, cuda, a tag or a JSON dict "
-                   "(default: llvm)")
+    p.add_argument("--target", default="llvm",
+                   help="llvm, llvm-host (this CPU's vector units), cuda, a tag or a JSON dict "
+                        "(default: llvm)")
     add_config_arguments(p, OptimizeConfig, aliases={"k": ("-k",)},
                          only=tuple(f.name for f in dataclasses.fields(OptimizeConfig)
                                     if f.name != "transfer"))
