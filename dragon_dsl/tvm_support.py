@@ -53,8 +53,6 @@ def schedule_of(workload: Any, **kwargs: Any):
     return Schedule(copy.deepcopy(as_module(workload)), **kwargs)
 
 
-# Short target names.  "cuda" is the H100 tag; which rules a search uses is a separate,
-# explicit choice (the postprocessor set of ``postproc auto``), never derived from the arch.
 def host_llvm() -> dict[str, Any]:
     """``llvm`` with this machine's CPU named (``mcpu``, as LLVM detects it: what clang's
     ``-mcpu=native`` picks), so that LLVM uses its vector units (AVX2, AVX-512); plain ``llvm``
@@ -65,7 +63,9 @@ def host_llvm() -> dict[str, Any]:
     return {**TARGETS["llvm"], "mcpu": str(codegen.llvm_get_system_cpu())}
 
 
-# Short names: a target spec, or a function that makes one on this machine.
+# Short target names: a target spec, or a function that makes one on this machine.  "cuda" is
+# the H100 tag; which rules a search uses is a separate, explicit choice (the postprocessor set
+# of ``postproc auto``), never derived from the arch.
 TARGETS: dict[str, Any] = {
     "llvm": {"kind": "llvm", "num-cores": 2},
     "llvm-host": host_llvm,

@@ -29,7 +29,7 @@ from .build import Artifact
 from .cache import Cache, cache_key
 from .config import MeasureConfig
 from .devices import Device, create
-from .limits import AdaptiveLimits
+from .limits import AdaptiveLimits, configured
 from .outcomes import Outcome, Status
 from .protocol import BuildJob, Built, DescribeJob, ReferenceJob, RunJob, WorkloadData
 from .worker import JobCrashed, JobTimeout, Worker, WorkerError
@@ -201,8 +201,7 @@ class Evaluator:
     def _limit(self, identity: str, stage: str, adaptive: bool) -> tuple[float, str]:
         """The time limit for a ``stage`` of ``identity``, and why it is what it is."""
         if not adaptive:
-            return float(self.config.build_timeout_s if stage == "build"
-                         else self.config.run_timeout_s), ""
+            return configured(stage, self.config), ""
         return (self.limits.limit(identity, stage, self.config),
                 self.limits.why(identity, stage, self.config))
 

@@ -26,9 +26,13 @@ import threading
 
 from .config import MeasureConfig
 
-__all__ = ["AdaptiveLimits"]
+__all__ = ["AdaptiveLimits", "configured"]
 
-_CONFIGURED = {"build": "build_timeout_s", "run": "run_timeout_s"}
+
+def configured(stage: str, config: MeasureConfig) -> float:
+    """The fixed limit of a ``stage`` ("build" or "run"): ``build_timeout_s`` or
+    ``run_timeout_s``."""
+    return float(config.build_timeout_s if stage == "build" else config.run_timeout_s)
 
 
 class AdaptiveLimits:
@@ -51,18 +55,18 @@ class AdaptiveLimits:
     def limit(self, workload: str, stage: str, config: MeasureConfig) -> float:
         """The limit for the next ``stage`` ("build" or "run") of ``workload``: the configured
         one when ``config.limit_factor`` is 0 or nothing finished yet."""
-        configured = float(getattr(config, _CONFIGURED[stage]))
+        fixed = configured(stage, config)
         slowest = self.slowest(workload, stage)
         if config.limit_factor <= 0 or slowest is None:
-            return configured
-        return min(configured, max(config.limit_floor_s, config.limit_factor * slowest))
+            return fixed
+        return min(fixed, max(config.limit_floor_s, config.limit_factor * slowest))
 
     def why(self, workload: str, stage: str, config: MeasureConfig) -> str:
         """Why the limit is below the configured one, for a timeout's message; "" if it is not."""
-        configured = float(getattr(config, _CONFIGURED[stage]))
+        fixed = configured(stage, config)
         slowest = self.slowest(workload, stage)
-        if slowest is None or self.limit(workload, stage, config) >= configured:
+        if slowest is None or self.limit(workload, stage, config) >= fixed:
             return ""
         return (f" (adaptive: {config.limit_factor:g}x the slowest {stage} of this workload so "
                 f"far, {slowest:.3g} s; at least {config.limit_floor_s:g} s, at most "
-                f"{configured:g} s)")
+                f"{fixed:g} s)")
