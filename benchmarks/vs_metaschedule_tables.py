@@ -24,6 +24,8 @@ def geomean(xs: list[float]) -> float:
 
 def ratio(timed: dict) -> float | None:
     """MetaSchedule's median latency over dragon's; None unless both were correct."""
+    if "dragon" not in timed or "metaschedule" not in timed:
+        return None
     ours, theirs = timed["dragon"]["median_s"], timed["metaschedule"]["median_s"]
     return theirs / ours if ours and theirs else None
 
@@ -78,18 +80,26 @@ def table(title: str, entries: list[dict]) -> list[str]:
                      f"{sum(r > 1 for r in rs)} of {len(rs)} | "
                      + " / ".join(str(verdicts.count(v)) for v in ("faster", "tie", "slower"))
                      + " |")
-    lines += ["", "| workload | dragon seconds (16 / 64) | MetaSchedule seconds (16 / 64) | "
-              "dragon kernels timed out (16 / 64) |", "|---|---|---|---|"]
+    runs = sorted({n for e in entries for side in e["seconds"].values() for n in side}, key=int)
+    label = " / ".join(runs)
+    lines += ["", f"| workload | dragon seconds ({label}) | MetaSchedule seconds ({label}) | "
+              f"dragon kernels timed out ({label}) |", "|---|---|---|---|"]
+
+    def seconds(secs: dict, side: str) -> str:
+        return " / ".join(f"{secs[side][n]:.0f}" if n in secs.get(side, {}) else "-"
+                          for n in runs)
+
     for e in entries:
-        s = e["seconds"]
-        lines.append(f"| {e['workload']} | {s['dragon']['16']:.0f} / {s['dragon']['64']:.0f} | "
-                     f"{s['metaschedule']['16']:.0f} / {s['metaschedule']['64']:.0f} | "
-                     f"{_timeouts(e.get('separate', {}).get('dragon'))} / "
-                     f"{_timeouts(e.get('dragon'))} |")
-    total = {side: {n: sum(e["seconds"][side][n] for e in entries) for n in ("16", "64")}
-             for side in ("dragon", "metaschedule")}
-    lines.append(f"| all | {total['dragon']['16']:.0f} / {total['dragon']['64']:.0f} | "
-                 f"{total['metaschedule']['16']:.0f} / {total['metaschedule']['64']:.0f} | |")
+        top = max(e["seconds"]["dragon"], key=int)  # the run its curve was read from
+        runs_of = {n: e.get("dragon") if n == top else
+                   e.get("separate", {}).get("dragon") if n in e["seconds"]["dragon"] else None
+                   for n in runs}
+        lines.append(f"| {e['workload']} | {seconds(e['seconds'], 'dragon')} | "
+                     f"{seconds(e['seconds'], 'metaschedule')} | "
+                     + " / ".join(_timeouts(runs_of[n]) for n in runs) + " |")
+    total = {side: {n: sum(e["seconds"][side][n] for e in entries if n in e["seconds"][side])
+                    for n in runs} for side in ("dragon", "metaschedule")}
+    lines.append(f"| all | {seconds(total, 'dragon')} | {seconds(total, 'metaschedule')} | |")
     return lines
 
 

@@ -1,0 +1,56 @@
+"""The benchmark against MetaSchedule (``benchmarks/bench_vs_metaschedule.py``) and its tables:
+the argument checks that run before anything is searched, and tables of runs at any budgets."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import bench_vs_metaschedule as bench  # noqa: E402
+import vs_metaschedule_tables as tables  # noqa: E402
+
+
+def _timed(ms: float | None, dragon: float | None, spread: float = 1e-7) -> dict:
+    def side(s):
+        return {"median_s": s, "spread_s": spread if s else None,
+                "status": "correct" if s else "build_error"}
+    return {"metaschedule": side(ms), "dragon": side(dragon), "unscheduled": side(3e-4)}
+
+
+def test_off_llvm_the_llvm_corpus_and_cost_model_are_refused(capsys, monkeypatch):
+    monkeypatch.setattr(bench, "TARGET", dict(bench.TARGET))
+    assert bench.main(["--target", "cuda", "--workloads", "softmax(m=384,n=768)"]) == 2
+    err = capsys.readouterr().err
+    assert "--cost-model none --transfer 0" in err and "llvm measurements" in err
+
+
+def test_tables_of_a_run_at_8_and_16_with_a_side_that_found_nothing():
+    entries = [
+        {"workload": "matmul(m=1024,n=1024,k=1024)",
+         "curves": [{"budget": 8, "timed": _timed(1.7e-4, 1.72e-4, 2e-6)},
+                    {"budget": 16, "timed": _timed(1.69e-4, None)}],
+         "seconds": {"dragon": {"16": 95.3}, "metaschedule": {"16": 138.1}},
+         "dragon": {"statuses": ["build_error", "correct", "timeout"]}},
+        {"workload": "softmax(m=384,n=768)",
+         "curves": [{"budget": 8, "timed": _timed(3.6e-5, 2.7e-5)}],
+         "seconds": {"dragon": {"8": 45.3}, "metaschedule": {"8": 94.9}},
+         "dragon": {"statuses": ["correct"]}},
+    ]
+    text = "\n".join(tables.table("H200", entries))
+    assert "| matmul(m=1024,n=1024,k=1024) | 16 | 169.0 us | - | - |" in text
+    # budget 8: the matmul a tie inside its 2 us spreads, the softmax 1.33x faster
+    assert "| 8 | 1.148x | 1.16x | 1 of 2 | 1 / 1 / 0 |" in text
+    assert "| 16 |" not in text.split("| budget |")[1].split("| workload |")[0]
+    assert "| matmul(m=1024,n=1024,k=1024) | - / 95 | - / 138 | - / 1 |" in text
+    assert "| softmax(m=384,n=768) | 45 / - | 95 / - | 0 / - |" in text
+    assert "| all | 45 / 95 | 95 / 138 | |" in text
+
+
+@pytest.mark.parametrize("timed", [_timed(None, 2e-5), {"unscheduled": _timed(1, 1)["dragon"]}])
+def test_no_ratio_without_both_sides(timed):
+    assert tables.ratio(timed) is None
+    assert bench._ratio(timed) is None
