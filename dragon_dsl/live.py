@@ -270,6 +270,18 @@ class LiveSchedule:
             if not ok:
                 raise self._error(stmt, f"postprocessor {type(postproc).__name__} of the "
                                         f"{postproc_set!r} set rejects this schedule")
+        if as_target(self.target).kind.name == "cuda":
+            unbound: list[str] = []
+            _unbound_blocks(self.sch.mod["main"].body, False, unbound)
+            if unbound:
+                # VerifyGPUCode checks kernels, and finds none to check: the build would run
+                # these blocks on the host, on device memory.
+                raise self._error(stmt, f"block {unbound[0]!r} runs under no GPU thread after "
+                                        f"the {postproc_set!r} postprocessors (no loop around "
+                                        "it bound to blockIdx or threadIdx), so the CUDA build "
+                                        "has no kernel for it; bind its loops (RewriteUnbound"
+                                        "Block leaves a block annotated tiling_structure to "
+                                        "the schedule that tiles it)")
         self.postproc_set = postproc_set
 
     def _error(self, stmt: Stmt, message: str) -> DslSemanticError:
@@ -474,6 +486,27 @@ def _walk_blocks(stmt, found: list[str]) -> None:
             child = getattr(stmt, attr, None)
             if child is not None:
                 _walk_blocks(child, found)
+
+
+def _unbound_blocks(stmt, bound: bool, found: list[str]) -> None:
+    """The blocks under no loop bound to a GPU thread (the root block aside), in order."""
+    from tvm import s_tir, tirx
+
+    if isinstance(stmt, tirx.For):
+        _unbound_blocks(stmt.body, bound or stmt.kind == tirx.ForKind.THREAD_BINDING, found)
+    elif isinstance(stmt, s_tir.SBlockRealize):
+        name = str(stmt.block.name_hint)
+        if not bound and name != "root":
+            found.append(name)
+        _unbound_blocks(stmt.block.body, bound, found)
+    elif isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            _unbound_blocks(child, bound, found)
+    else:
+        for attr in ("body", "then_case", "else_case"):
+            child = getattr(stmt, attr, None)
+            if child is not None:
+                _unbound_blocks(child, bound, found)
 
 
 def _copy_namer(namer: _Namer) -> _Namer:

@@ -39,7 +39,7 @@ def samples(monkeypatch):
 
     def sample(model, tok, prompt, wl, target, config):
         calls.append(config)
-        return [SimpleNamespace(text=SLOW_SCRIPT)] * config.n
+        return [SimpleNamespace(text=SLOW_SCRIPT, applies=True)] * config.n
 
     monkeypatch.setattr(aware, "sample_schedule_aware", sample)
     return calls
@@ -329,7 +329,8 @@ def test_a_slower_best_is_never_called_faster():
     import training.sampling.schedule_aware as aware
 
     saved = aware.sample_schedule_aware
-    aware.sample_schedule_aware = lambda m, t, p, wl, tg, c: [SimpleNamespace(text=SLOW_SCRIPT)]
+    aware.sample_schedule_aware = lambda m, t, p, wl, tg, c: [
+        SimpleNamespace(text=SLOW_SCRIPT, applies=True)]
     try:
         result = optimize(None, None, SLOW_SPEC, config=OptimizeConfig(k=1, rounds=0),
                           evaluator=ev, start=_start(ev))

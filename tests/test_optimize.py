@@ -283,7 +283,7 @@ def slow_samples(monkeypatch):
 
     monkeypatch.setattr(aware, "sample_schedule_aware",
                         lambda model, tok, prompt, wl, target, config:
-                        [SimpleNamespace(text=SLOW_SCRIPT)] * config.n)
+                        [SimpleNamespace(text=SLOW_SCRIPT, applies=True)] * config.n)
 
 
 def _start(ev, names=("unscheduled", "default")):
@@ -409,7 +409,7 @@ def test_the_best_is_the_fastest_candidate_and_round_one_refines_it(monkeypatch)
 
     def sample(model, tok, prompt, wl, target, config):
         prompts.append(prompt)
-        return [SimpleNamespace(text=t) for t in ROUNDS[len(prompts) - 1]]
+        return [SimpleNamespace(text=t, applies=True) for t in ROUNDS[len(prompts) - 1]]
 
     monkeypatch.setattr(aware, "sample_schedule_aware", sample)
     ev = _ByConstruction()
@@ -425,3 +425,28 @@ def test_the_best_is_the_fastest_candidate_and_round_one_refines_it(monkeypatch)
     assert result.best.script == ROUNDS[1][1] and result.best.round == 1
     assert result.winner == "best" and result.best_script == ROUNDS[1][1]
     assert result.speedup("unscheduled") == pytest.approx(10.0)
+
+
+def test_a_sample_that_does_not_apply_is_counted_never_timed(monkeypatch):
+    """On CUDA a sample whose closing ``postproc auto`` was refused cannot build: timing it
+    would spend a kernel of the budget on a known failure."""
+    from types import SimpleNamespace
+
+    import training.sampling.schedule_aware as aware
+
+    texts = list(LATENCY_OF)[:3]
+    monkeypatch.setattr(aware, "sample_schedule_aware", lambda model, tok, prompt, wl, target,
+                        config: [SimpleNamespace(text=t, applies=t != texts[1]) for t in texts])
+    timed = []
+
+    class Recording(_ByConstruction):
+        def evaluate(self, workload, scripts):
+            timed.extend(scripts)
+            return super().evaluate(workload, scripts)
+
+    ev = Recording()
+    result = optimize(None, None, SLOW_SPEC, config=OptimizeConfig(k=3, rounds=0),
+                      evaluator=ev, start=_start(ev))
+    (only,) = result.rounds
+    assert timed[:2] == [texts[0], texts[2]] and texts[1] not in timed  # then the best again
+    assert (only.attempts, only.measured, only.round_best_s) == (3, 2, 2e-3)

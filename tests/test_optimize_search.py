@@ -64,7 +64,7 @@ def samples_all(monkeypatch):
 
     def sample(model, tok, prompt, wl, target, config):
         asked.append(config.n)
-        return [SimpleNamespace(text=t) for t in SCRIPTS[:config.n]]
+        return [SimpleNamespace(text=t, applies=True) for t in SCRIPTS[:config.n]]
 
     monkeypatch.setattr(aware, "sample_schedule_aware", sample)
     return asked
@@ -234,7 +234,7 @@ def test_scripts_carried_over_from_the_corpus_are_timed_first_and_the_model_refi
 
     def sample(model, tok, prompt, wl, target, config):
         prompts.append(prompt)
-        return [SimpleNamespace(text=t) for t in SCRIPTS[:config.n]]
+        return [SimpleNamespace(text=t, applies=True) for t in SCRIPTS[:config.n]]
 
     monkeypatch.setattr(aware, "sample_schedule_aware", sample)
     ev = _Evaluator()
@@ -345,7 +345,7 @@ def test_the_model_refines_the_best_between_the_search_rounds(monkeypatch):
     def sample(model, tok, prompt, wl, target, config):
         prompts.append(prompt)
         texts = SCRIPTS[:2] if len(prompts) == 1 else [next(refinements)]
-        return [SimpleNamespace(text=t) for t in texts]
+        return [SimpleNamespace(text=t, applies=True) for t in texts]
 
     monkeypatch.setattr(aware, "sample_schedule_aware", sample)
     fake = _Search([SCRIPTS[2], SCRIPTS[3], SCRIPTS[5], SCRIPTS[6]])

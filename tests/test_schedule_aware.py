@@ -184,6 +184,25 @@ def test_what_cannot_apply_is_refused_and_check_reports_the_same_line(line, why)
     assert live.statements == 2  # a refused statement leaves the state as it was
 
 
+def test_a_cuda_block_left_on_the_host_is_refused_at_postproc():
+    """MetaSchedule's RewriteUnboundBlock binds a block nobody bound, except one annotated
+    ``tiling_structure`` (the tiling rule binds those itself), and VerifyGPUCode has no kernel
+    to reject then: the built module would hold no CUDA kernel.  The built-in model, trained on
+    llvm, wrote exactly this; ``postproc auto cuda`` refuses it, naming the block."""
+    wl = workload("matmul(m=128,n=128,k=128)")
+    unbound = 'block "C" -> C\nannotate C tiling_structure="SSSRRSRS"\npostproc auto cuda\n'
+    (found,) = dragon_dsl.check(unbound, workload=wl, target="cuda")
+    assert found.line == 3 and "block 'C_init' runs under no GPU thread" in found.message
+    live = LiveSchedule(wl, "cuda")
+    for line in unbound.splitlines()[:2]:
+        live.step(line)
+    with pytest.raises(dragon_dsl.DragonError, match="no GPU thread"):
+        live.step("postproc auto cuda")
+    # Without the annotation the postprocessor binds the block, and the script stands.
+    assert dragon_dsl.check('block "C" -> C\npostproc auto cuda\n', workload=wl,
+                            target="cuda") == []
+
+
 def test_a_loop_that_was_split_is_out_of_scope():
     wl = workload("matmul(m=128,n=128,k=128)")
     live = LiveSchedule(wl, "llvm")
@@ -253,6 +272,30 @@ def test_untrained_samples_all_end_parse_and_apply(samples):
                 factors = line[line.index("[") + 1:line.index("]")].count(",") + 1
                 assert factors in lengths[line.split()[1]], (line, s.text)
     assert len(stats["replay_seconds"]) > len(out)
+
+
+def test_a_refused_closing_ends_the_sample_at_once(model, tokenizer, monkeypatch):
+    """When the closing ``postproc auto`` is refused (on CUDA, VerifyGPUCode rejecting what the
+    statements built), no script that applies can end there: the sample ends as it stands,
+    failed, with why; it neither loops to the step limit nor keeps half an end marker."""
+    from training.prompts.templates import construction_prompt
+    from training.sampling.schedule_aware import ScheduleAwareConfig, _Decoder
+
+    apply = _Decoder._apply
+    monkeypatch.setattr(_Decoder, "_apply", lambda self, row, text: "refused for the test"
+                        if text.startswith("postproc") else apply(self, row, text))
+    wl = workload(SPECS[0])
+    stats: dict = {}
+    out = sample_schedule_aware(model, tokenizer, construction_prompt(wl, "llvm"), wl, "llvm",
+                                SamplingConfig(n=6, max_new_tokens=160, seed=3), stats=stats)
+    retries = ScheduleAwareConfig().sample_retries
+    for s in out:
+        assert (s.finish_reason, s.applies) == ("error", False), s
+        assert s.error.startswith("the closing `postproc auto llvm` was refused: refused for")
+        assert "postproc" not in s.text and not s.text.rstrip().endswith(("<", "<end")), s.text
+        assert dragon_dsl.check(s.text, workload=wl, target="llvm") == []  # what was kept applies
+        assert s.resampled <= retries + 2
+    assert stats["steps"] < 2 * 160  # each row ended at its refused closing, not at the limit
 
 
 def test_logprobs_are_those_of_a_clean_forward_pass(model, tokenizer):

@@ -483,7 +483,9 @@ class _Search:
         config = replace(self.sampling, n=width, seed=seed)
         samples = sample_schedule_aware(self.model, self.tokenizer, prompt, self.workload,
                                         self.target, config)
-        texts = [_canonical(s.text) for s in samples]
+        # A sample that does not apply (on CUDA: its closing `postproc auto` refused) cannot
+        # build; it is counted as sampled, never timed.
+        texts = [_canonical(s.text) for s in samples if s.applies]
         new = self._measure(texts, n, index, "refine" if kind == "refine" else "sample")
         self._record(index, kind or prompt_kind, prompt_latency, len(samples), new, texts)
         return samples, [(t, self.seen[t].outcome) for t in new]

@@ -70,7 +70,8 @@ class Sample:
 
     ``finish_reason`` is "end" when the end marker or EOS ended it (the grammar allows them only
     where a script may end), "length" when ``max_new_tokens`` ran out first, and "error" when
-    the sampler could not go on (the process holding the live schedule crashed).
+    the sampler could not go on (the process holding the live schedule crashed, or the closing
+    ``postproc auto`` was refused: on CUDA, VerifyGPUCode rejecting the schedule so far).
     ``forced_tokens`` counts tokens the sampler chose during the wind-down instead of the model:
     such a sample ends where the grammar allows, but its end was written by the sampler.
     """

@@ -88,7 +88,8 @@ class ScheduleAwareResult:
     logprobs: list[float]        # under the mask applied (and the temperature)
     forced: list[bool]
     text: str
-    finish_reason: str           # "end", "length", or "error" (the schedule holder crashed)
+    finish_reason: str           # "end", "length", or "error" (the schedule holder crashed,
+                                 # or the closing `postproc auto` was refused)
     statements: int              # statements applied
     resampled: int               # statements rolled back and sampled again
     applies: bool                # every statement, postproc auto included, applied
@@ -287,11 +288,18 @@ class _Decoder:
         self._roll_back(row)
         row.tries += 1
         row.resampled += 1
-        if row.plan or row.tries > self.config.statement_retries or \
+        if row.plan:
+            # The closing `postproc auto` itself was refused (on CUDA: VerifyGPUCode rejects
+            # what the statements so far built).  No script that applies ends here, and the end
+            # marker cannot follow a script without it: the sample ends, failed, as it stands.
+            row.failed, row.finished, row.plan, row.finish_reason = True, True, [], "error"
+            row.error = f"the closing `postproc auto {self.postproc_set}` was refused: {refused}"
+            return False
+        if row.tries > self.config.statement_retries or \
                 row.resampled > self.config.sample_retries:
-            # Out of retries, or the closing `postproc auto` itself was refused: end here.
+            # Out of retries: close the script.
             row.failed = True
-            row.plan = list(self.closing_after_postproc if row.plan else self.closing)
+            row.plan = list(self.closing)
         return False
 
     def _roll_back(self, row: _Row) -> None:
