@@ -160,6 +160,25 @@ def test_the_search_starts_from_every_script_timed_and_its_kernels_count(samples
     assert result.spent == {"baselines": 2, "given": 0, "sampled": 3 + 4, "retimed": 3}
 
 
+def test_what_the_model_left_untimed_goes_to_the_search(monkeypatch):
+    """Samples that do not apply (on CUDA, all of an llvm-trained model's, often) are never
+    timed; the kernels they were given go to the search, so n kernels are still timed."""
+    import codegen.search.tune as tune
+    import training.sampling.schedule_aware as aware
+
+    monkeypatch.setattr(aware, "sample_schedule_aware", lambda model, tok, prompt, wl, target,
+                        config: [SimpleNamespace(text=t, applies=i == 0)
+                                 for i, t in enumerate(SCRIPTS[:config.n])])
+    fake = _Search(SCRIPTS[4:8])
+    monkeypatch.setattr(tune, "search", fake)
+    ev = _Evaluator()
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=3, rounds=0, search=2),
+                      evaluator=ev, start=_start(ev))
+    [call] = fake.calls
+    assert call.trials == 2 + 2                  # its own 2 and the 2 samples that did not apply
+    assert result.spent == {"baselines": 2, "given": 0, "sampled": 1 + 4, "retimed": 3}
+
+
 def test_without_seeding_the_search_starts_from_nothing_the_model_timed(samples_all,
                                                                           monkeypatch):
     import codegen.search.tune as tune

@@ -91,7 +91,8 @@ class OptimizeConfig:
     search: int = field(default=0, metadata={
         "help": "Kernels timed by MetaSchedule's evolutionary search after the model's "
                 "rounds, starting from every script the model timed and ranking with the "
-                "cost model (0: no search)."})
+                "cost model, plus what the scripts carried over and the model's rounds left "
+                "untimed (samples that do not apply, duplicates); 0: no search."})
     refine_search: int = field(default=0, metadata={
         "help": "Scripts the model writes between the search's rounds, from the refinement "
                 "prompt of the fastest kernel so far: the model as one more mutator of the "
@@ -536,7 +537,13 @@ class _Search:
 
         from codegen.search.tune import SearchConfig, search
 
-        trials = int(min(self.config.search, self.account.left()))
+        # What the scripts carried over and the model's rounds were given but did not time
+        # (samples that do not apply, duplicates, fewer scripts fitted) goes to the search, when
+        # there is one: at a budget of n, n kernels are timed.
+        planned = self.config.transfer + self.config.k * (self.config.rounds + 1)
+        unspent = max(0, planned - sum(r.measured for r in self.rounds)) \
+            if self.config.search else 0
+        trials = int(min(self.config.search + unspent, self.account.left()))
         if trials < 1:
             if self.config.search > 0:
                 self.stopped = "budget"
