@@ -27,6 +27,7 @@ Prints the budget curves side by side, writes ``--out`` (JSON) and a plot beside
 
     python benchmarks/bench_vs_metaschedule.py                       # all held-out workloads
     python benchmarks/bench_vs_metaschedule.py --workloads 'softmax(m=384,n=768)' --budgets 8 16
+    python benchmarks/bench_vs_metaschedule.py --target cuda --cost-model none --transfer 0  # GPU
 """
 
 from __future__ import annotations
