@@ -271,8 +271,9 @@ class LiveSchedule:
                 raise self._error(stmt, f"postprocessor {type(postproc).__name__} of the "
                                         f"{postproc_set!r} set rejects this schedule")
         if as_target(self.target).kind.name == "cuda":
-            unbound: list[str] = []
-            _unbound_blocks(self.sch.mod["main"].body, False, unbound)
+            found: list[tuple[str, bool]] = []
+            _walk_blocks(self.sch.mod["main"].body, found)
+            unbound = [name for name, bound in found if not bound and name != "root"]
             if unbound:
                 # VerifyGPUCode checks kernels, and finds none to check: the build would run
                 # these blocks on the host, on device memory.
@@ -371,9 +372,9 @@ class LiveSchedule:
 
     def block_names(self) -> list[str]:
         """The blocks of the current module (what ``block "NAME"`` may fetch), root first."""
-        found: list[str] = []
+        found: list[tuple[str, bool]] = []
         _walk_blocks(self.sch.mod["main"].body, found)
-        return list(dict.fromkeys(found))
+        return list(dict.fromkeys(name for name, _ in found))
 
     def loops(self, block_rv) -> list[Loop]:
         """The loops above a block (a name or random variable), outermost first."""
@@ -472,41 +473,24 @@ def output_kind(op: str) -> str | None:
     return _OUTPUT_OF.get(op)
 
 
-def _walk_blocks(stmt, found: list[str]) -> None:
+def _walk_blocks(stmt, found: list[tuple[str, bool]], bound: bool = False) -> None:
+    """Every block in program order, root included, with whether a loop bound to a GPU thread
+    (blockIdx, threadIdx) encloses it."""
     from tvm import s_tir, tirx
 
     if isinstance(stmt, s_tir.SBlockRealize):
-        found.append(str(stmt.block.name_hint))
-        _walk_blocks(stmt.block.body, found)
+        found.append((str(stmt.block.name_hint), bound))
+        _walk_blocks(stmt.block.body, found, bound)
     elif isinstance(stmt, tirx.SeqStmt):
         for child in stmt.seq:
-            _walk_blocks(child, found)
+            _walk_blocks(child, found, bound)
     else:
+        if isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.THREAD_BINDING:
+            bound = True
         for attr in ("body", "then_case", "else_case"):
             child = getattr(stmt, attr, None)
             if child is not None:
-                _walk_blocks(child, found)
-
-
-def _unbound_blocks(stmt, bound: bool, found: list[str]) -> None:
-    """The blocks under no loop bound to a GPU thread (the root block aside), in order."""
-    from tvm import s_tir, tirx
-
-    if isinstance(stmt, tirx.For):
-        _unbound_blocks(stmt.body, bound or stmt.kind == tirx.ForKind.THREAD_BINDING, found)
-    elif isinstance(stmt, s_tir.SBlockRealize):
-        name = str(stmt.block.name_hint)
-        if not bound and name != "root":
-            found.append(name)
-        _unbound_blocks(stmt.block.body, bound, found)
-    elif isinstance(stmt, tirx.SeqStmt):
-        for child in stmt.seq:
-            _unbound_blocks(child, bound, found)
-    else:
-        for attr in ("body", "then_case", "else_case"):
-            child = getattr(stmt, attr, None)
-            if child is not None:
-                _unbound_blocks(child, bound, found)
+                _walk_blocks(child, found, bound)
 
 
 def _copy_namer(namer: _Namer) -> _Namer:
