@@ -26,6 +26,7 @@ from typing import Any
 from .ast import Program, Ref, Stmt
 from .codec import _Decoder, _Namer
 from .errors import DragonError, DslSemanticError
+from .statements import INSPECTING_OPS
 from .tvm_bridge import OUTPUT_TYPES, Inst, value_to_tvm
 from .tvm_support import as_module, schedule_of, tvm_message
 
@@ -71,6 +72,7 @@ class LiveSchedule:
         self.postproc_set: str | None = None
         self.in_postproc = False
         self.statements = 0
+        self.changes = 0                  # statements applied that change the kernel
         self._decoder = _Decoder(Program([], source=source))
         self._namer = _Namer(set())
         self._nice: set[str] = set()      # loops named after the workload's loops
@@ -136,6 +138,7 @@ class LiveSchedule:
             raise error from None
         self._decoder.lines = backup._decoder.lines
         self.statements += 1
+        self.changes += stmt.op not in INSPECTING_OPS
         return bound
 
     def _apply(self, stmt: Stmt) -> list[str]:

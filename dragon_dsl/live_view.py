@@ -36,6 +36,7 @@ class LiveView:
 
     postproc_set: str | None
     statements: int
+    changes: int                             # ``LiveSchedule.changes``
     scope: dict[str, str]                    # names alive, in binding order -> kind
     location_names: list[str]                # ``locations()``
     blocks: list[str]                        # ``block_names()``
@@ -57,6 +58,7 @@ class LiveView:
         namer = {"taken": sorted(live._namer.taken), "counters": dict(live._namer.counters),
                  "script_name": dict(live._namer.script_name)}
         base = {"postproc_set": live.postproc_set, "statements": live.statements,
+                "changes": live.changes,
                 "namer": namer, "nice": sorted(live._nice)}
         if live.postproc_set is not None:  # complete: the grammar reads nothing else
             return cls(scope={}, location_names=[], blocks=[], loops_of={}, related_of={},

@@ -19,8 +19,16 @@ from typing import Any
 from .ast import Imm, IndexMapValue, Ref, Word
 from .errors import DragonError
 
-__all__ = ["PLAIN_ANNOTATION_KEYS", "STATEMENTS", "STATEMENTS_BY_KIND", "Codec", "NoFit",
-           "Statement", "annotation_key"]
+__all__ = ["INSPECTING_OPS", "PLAIN_ANNOTATION_KEYS", "STATEMENTS", "STATEMENTS_BY_KIND",
+           "Codec", "NoFit", "Statement", "annotation_key"]
+
+# Statements that change nothing in the kernel: they fetch blocks and loops, or draw a
+# decision that only a later statement uses.  A script of these alone (and ``postproc``) is
+# the unscheduled kernel; MetaSchedule never writes one.
+INSPECTING_OPS = frozenset({
+    "block", "loops", "children", "producers", "consumers", "output_blocks", "sample_tile",
+    "sample_partitioned_tile", "sample_categorical", "sample_compute_location", "postproc",
+})
 
 # Annotation keys that MetaSchedule writes without the "meta_schedule." prefix; written bare,
 # they mean themselves.  Any other bare key means "meta_schedule.<key>".

@@ -437,3 +437,33 @@ def test_an_annotation_is_not_written_twice():
     live.step("unannotate root parallel")
     lark = statement_grammar(live, postproc_set="llvm", **keys)
     assert admits(lark, "annotate root parallel=32\n")
+
+
+def test_a_script_that_changes_nothing_does_not_end():
+    """The built-in model ended most of its pooling scripts after the block fetches
+    (``block "root" -> root`` then ``postproc auto llvm``: the unscheduled kernel, an attempt
+    spent on the baseline); none of MetaSchedule's scripts does.  ``postproc auto`` is admitted
+    once a statement changed the kernel, not after fetches and draws alone, and the isolated
+    sampler's ``LiveView`` answers the same."""
+    wl = workload("pool2d(n=1,c=16,h=16,w=16)")
+    keys = dict(annotations=annotation_keys(wl, "llvm", "llvm"),
+                annotation_values=annotation_values(wl, "llvm", "llvm"),
+                annotation_targets=annotation_targets(wl, "llvm", "llvm"))
+    live = LiveSchedule(wl, "llvm")
+    assert not admits(statement_grammar(live, postproc_set="llvm", **keys), "postproc auto llvm\n")
+    lines = ['block "pad_temp" -> pad_temp', 'block "root" -> root', "loops pad_temp",
+             "sample_categorical [0, 16, 64, 512] 1 -> v0"]
+    for line in lines:
+        if line == "loops pad_temp":
+            line += " -> " + ", ".join(live.expected_results("loops", "pad_temp"))
+        live.step(line)
+        view = LiveView.from_data(LiveView.of(live).as_data())
+        for state in (live, view):
+            lark = statement_grammar(state, postproc_set="llvm", **keys)
+            assert not admits(lark, "postproc auto llvm\n"), line
+    assert live.changes == 0
+    live.step("annotate root unroll_explicit=v0")
+    assert live.changes == 1
+    view = LiveView.from_data(LiveView.of(live).as_data())
+    for state in (live, view):
+        assert admits(statement_grammar(state, postproc_set="llvm", **keys), "postproc auto llvm\n")
