@@ -25,6 +25,12 @@ def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
     assert code == 0
     kernel = out["kernel"]
     assert kernel["trials"] == kernel["optimize"]["measurements"]
+    # MetaSchedule as a user runs it: tune_tir with max_trials_global the model's count (its
+    # database may hold fewer when the space runs out), each side's wall clock kept
+    assert 0 < kernel["metaschedule_trials"] <= kernel["trials"]
+    assert kernel["metaschedule_script"].rstrip().endswith("postproc auto llvm")
+    assert set(kernel["seconds"]) == {"dragon", "metaschedule"}
+    assert all(s > 0 for s in kernel["seconds"].values())
     # two scripts carried over from the kept corpus, the model's two kernels (ranked from 4
     # samples, refining the corpus' best), then the search seeded with them all
     sources = [c["source"] for c in kernel["optimize"]["candidates"]]
@@ -68,7 +74,7 @@ def test_the_headline_calls_a_ratio_within_the_spread_a_tie_and_warns_once():
     """Assembled from outcomes: dragon twice as fast as the unscheduled kernel, and within
     MetaSchedule's spread (3% apart, 5% + 5% of spread)."""
     from codegen.measure import Outcome, Status
-    from training.cli.demo import format_headline, kernel_comparisons, kernel_row
+    from training.cli.demo import format_headline, kernel_comparisons, kernel_row, wall_clock_line
     from training.optimize.demo import KernelShowdown
 
     def timed(latency_s):
@@ -76,10 +82,13 @@ def test_the_headline_calls_a_ratio_within_the_spread_a_tie_and_warns_once():
 
     showdown = KernelShowdown(SPEC, None, 8, "postproc auto llvm\n", {
         "dragon": timed(1e-3), "metaschedule": timed(1.03e-3), "unscheduled": timed(2e-3),
-        "default": timed(1.5e-3)})
+        "default": timed(1.5e-3)}, 7, {"dragon": 41.2, "metaschedule": 63.7})
     row = kernel_row(showdown)
+    assert row[1] == "8 / 7"  # tune_tir's database held 7 of the 8 it was allowed
     assert row[-2:] == ["2.00x", "1.03x (tie, spread 10%)"]
-    text = format_headline([row], "dragon-tiny", "cpu", 60.0, kernel_comparisons(showdown))
+    text = format_headline([row], "dragon-tiny", "cpu", 60.0, kernel_comparisons(showdown),
+                           [wall_clock_line(showdown)])
     assert "1.03x (tie, spread 10%)" in text and text.count("warning:") == 1
+    assert f"wall clock, {SPEC}: dragon 41 s, MetaSchedule's tune_tir 64 s" in text
     assert "busy" in text.splitlines()[-1]
     assert showdown.comparison("dragon", "default").verdict == "faster"

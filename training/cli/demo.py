@@ -4,10 +4,11 @@
     dragon demo --kernel 'softmax(m=128,n=512)' --network '' -k 8
 
 What ``make demo`` runs (``optimize.demo``): the model optimizes a real layer and a real model;
-MetaSchedule's search gets as many measured candidates as the model's search measured, in the
-same session; the headline table compares both with the unscheduled kernel and the rule-based
-default.  The codec's round trip is ``dragon roundtrip``.  Exit codes: 0 done (whoever won),
-1 the model found no correct script or an end-to-end build failed, 2 usage errors.
+MetaSchedule gets as many measured candidates as the model's search measured, in the same
+session (the layer: ``tune_tir`` as a user runs it; the network: its search per task); the
+headline table compares both with the unscheduled kernel and the rule-based default.  The
+codec's round trip is ``dragon roundtrip``.  Exit codes: 0 done (whoever won), 1 the model
+found no correct script or an end-to-end build failed, 2 usage errors.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dragon_dsl.cli_kit import (
 from training.cli.common import load_model, model_path
 from training.optimize.demo import DemoConfig
 
-__all__ = ["format_headline", "register"]
+__all__ = ["format_headline", "register", "wall_clock_line"]
 
 HEADER = ["", "measured", "unscheduled", "default", "MetaSchedule", "dragon",
           "dragon vs unscheduled", "dragon vs MetaSchedule"]
@@ -57,7 +58,8 @@ def network_comparisons(result) -> list:
 
 def kernel_row(showdown) -> list[str]:
     lat = showdown.latency_s
-    return [f"{showdown.workload} (kernel)", f"{showdown.trials} / {showdown.trials}",
+    return [f"{showdown.workload} (kernel)",
+            f"{showdown.trials} / {showdown.metaschedule_trials or showdown.trials}",
             *(format_latency(lat(n)) for n in ("unscheduled", "default", "metaschedule", "dragon")),
             *(_ratio(c) for c in kernel_comparisons(showdown))]
 
@@ -73,18 +75,30 @@ def network_row(result) -> list[str]:
             *(_ratio(c) for c in network_comparisons(result))]
 
 
+def wall_clock_line(showdown) -> str:
+    """Each side's wall clock on the layer, its whole run (sampling, search, measurement)."""
+    secs = showdown.seconds
+    if "dragon" not in secs or "metaschedule" not in secs:
+        return ""
+    return (f"wall clock, {showdown.workload}: dragon {secs['dragon']:.0f} s, MetaSchedule's "
+            f"tune_tir {secs['metaschedule']:.0f} s")
+
+
 def format_headline(rows: list[list[str]], model_name: str, device: str, seconds: float,
-                    comparisons: list | None = None) -> str:
-    """The headline table: one row per part of the demo; a line when one of its
-    ``comparisons`` is a tie within the timings' spread (``codegen.measured.busy_warning``)."""
+                    comparisons: list | None = None, notes: list[str] | None = None) -> str:
+    """The headline table: one row per part of the demo, then ``notes`` (one a line); a line
+    when one of its ``comparisons`` is a tie within the timings' spread
+    (``codegen.measured.busy_warning``)."""
     from codegen.measured import busy_warning
 
     lines = [f"Little Dragon demo: {model_name} on {device}, {seconds / 60:.1f} min", "",
              *text_table([HEADER, *rows]), "",
-             "measured: kernels the model's search timed / MetaSchedule's search got.  Every "
+             "measured: kernels the model's search timed / MetaSchedule's got (the layer: "
+             "tune_tir from nothing, max_trials_global the model's count; the network: its "
+             "evolutionary search per task).  Every "
              "latency is a median of its part's final, interleaved timing; a network's "
              "'unscheduled' is its default build (relax.build without a database).  A ratio "
-             "within the two timings' spread is a tie."]
+             "within the two timings' spread is a tie.", *[n for n in notes or () if n]]
     warning = busy_warning(comparisons or [])
     return "\n".join([*lines, warning] if warning else lines)
 
@@ -132,7 +146,7 @@ def cmd_demo(args) -> int:
     path = model_path(args.model)
     started = time.perf_counter()
     target = as_target("llvm")
-    rows, parts, comparisons = [], {}, []
+    rows, parts, comparisons, notes = [], {}, [], []
     with Evaluator(target, cache=False, config=MEASURE) as ev, \
             contextlib.redirect_stdout(sys.stderr):
         model, tokenizer = load_model(path)
@@ -142,11 +156,11 @@ def cmd_demo(args) -> int:
                 print("   no kept corpus (corpus/llvm) in this installation: nothing carried "
                       "over", flush=True)
             showdown = compare_kernel(model, tokenizer, wl, ev, k=config.k, rounds=config.rounds,
-                                      seed=config.seed, population=config.population,
-                                      width=kernel_width, search=config.search,
+                                      seed=config.seed, width=kernel_width, search=config.search,
                                       cost_model=cost_model, transfer=config.transfer,
                                       corpus=corpus, progress=not args.quiet)
             rows.append(kernel_row(showdown))
+            notes.append(wall_clock_line(showdown))
             comparisons += kernel_comparisons(showdown)
             parts["kernel"] = showdown.as_dict()
         if config.network:
@@ -181,7 +195,7 @@ def cmd_demo(args) -> int:
         if busy_warning(comparisons):
             print(busy_warning(comparisons), file=sys.stderr)
     else:
-        print(format_headline(rows, name, device, seconds, comparisons))
+        print(format_headline(rows, name, device, seconds, comparisons, notes))
         if "network" in parts:
             print(f"the network's MetaSchedule databases: {parts['network']['database']} "
                   "(ours) and its .metaschedule twin")

@@ -7,13 +7,16 @@ same session, on the same evaluator:
 
 1. **a layer**: BERT-base's FFN up-projection (``DEMO_KERNEL``: 128 tokens, 768 -> 3072, bias,
    GELU).  ``optimize`` samples ``k`` scripts by schedule-aware decoding and refines its best
-   for ``rounds`` rounds; ``rival_search`` then runs MetaSchedule for as many trials as the
-   model's search timed kernels (baselines and re-timing included); the two winners, the
-   unscheduled kernel and the rule-based default are re-timed together at the end
-   (``KernelShowdown``);
+   for ``rounds`` rounds; then MetaSchedule as a user runs it, ``tune_tir`` from nothing (its
+   LocalBuilder, LocalRunner and XGBoost model: ``codegen.search.metaschedule_best``, no memo),
+   with ``max_trials_global`` as many as the model's search timed kernels (baselines and
+   re-timing included); the two winners, the unscheduled kernel and the rule-based default are
+   re-timed together at the end, and each side's wall clock is kept (``KernelShowdown``);
 2. **a model** (``DEMO_MODEL``, tiny BERT): ``training.optimize.model`` optimizes every task,
    writes a MetaSchedule database, and measures the built model end to end before, after and
-   with MetaSchedule's database at the same number of measurements.
+   with MetaSchedule's database at the same number of measurements (per task MetaSchedule's
+   evolutionary search, ``rival_search``, measured by our evaluator: ``tune_relax`` as a user
+   runs it is ``benchmarks/network_vs_metaschedule.py``, about 20 minutes for tiny BERT).
 
 The measurements are what they are: the built-in model is a 0.6M-parameter demonstration, and
 the table says how it does against MetaSchedule, whichever way that goes.
@@ -21,6 +24,7 @@ the table says how it does against MetaSchedule, whichever way that goes.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,8 +65,9 @@ class DemoConfig:
     network_search: int = field(default=4, metadata={
         "help": "The same per task of the network."})
     population: int = field(default=64, metadata={
-        "help": "Population of MetaSchedule's evolutionary search: how long each of its rounds "
-                "takes, not how many kernels it may time (that is the model's count)."})
+        "help": "Population of MetaSchedule's evolutionary search in the network's comparison "
+                "(per task): how long each of its rounds takes, not how many kernels it may "
+                "time (that is the model's count).  The layer's tune_tir keeps its default."})
     seed: int = field(default=0, metadata={"help": "Seed of sampling and of MetaSchedule."})
 
     def __post_init__(self) -> None:
@@ -85,9 +90,11 @@ class KernelShowdown:
 
     workload: str
     result: Any                      # training.optimize.kernel.OptimizeResult
-    trials: int                      # candidates each side measured
+    trials: int                      # candidates the model's search timed: tune_tir's budget
     metaschedule: str | None         # MetaSchedule's best script; None when none was correct
     final: dict[str, Any]            # re-timed together: dragon, metaschedule, the baselines
+    metaschedule_trials: int = 0     # the records tune_tir's database holds (<= trials)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall clock: dragon, metaschedule
 
     def latency_s(self, name: str) -> float | None:
         outcome = self.final.get(name)
@@ -106,6 +113,7 @@ class KernelShowdown:
         pairs = {f"dragon vs {over}": self.comparison("dragon", over)
                  for over in ("unscheduled", "default", "metaschedule")}
         return {"workload": self.workload, "trials": self.trials,
+                "metaschedule_trials": self.metaschedule_trials, "seconds": self.seconds,
                 "metaschedule_script": self.metaschedule,
                 "comparison": {k: c.as_dict() if c else None for k, c in pairs.items()},
                 "latency_s": {n: self.latency_s(n) for n in self.final},
@@ -114,41 +122,53 @@ class KernelShowdown:
 
 
 def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 4,
-                   rounds: int = 1, seed: int = 0, population: int = 64, width: int = 0,
-                   search: int = 0, cost_model: Any = None, transfer: int = 0,
-                   corpus: Any = None, progress: bool = False) -> KernelShowdown:
+                   rounds: int = 1, seed: int = 0, width: int = 0, search: int = 0,
+                   cost_model: Any = None, transfer: int = 0, corpus: Any = None,
+                   progress: bool = False) -> KernelShowdown:
     """``optimize`` with ``transfer`` scripts carried over from ``corpus`` first (when
     given), ``k`` and ``rounds`` (``width`` samples a round ranked by ``cost_model`` when both
     are given), then ``search`` kernels of MetaSchedule's search seeded with every script
-    timed, then MetaSchedule with as many trials as the
+    timed, then MetaSchedule's ``tune_tir`` with as many trials as the
     model's search timed kernels (its baselines and re-timing included, as
     ``optimize_model`` counts them), then both winners and the baselines re-timed together on
     ``evaluator`` (best without a cache: every figure is from this session)."""
+    import tempfile
+
     from codegen.measured import Baselines, measure_beside, outcomes
-    from codegen.search.rival import rival_search
+    from codegen.search.baselines import BaselineUnavailable, metaschedule_best
     from training.optimize.kernel import OptimizeConfig, optimize
     from training.sampling.config import SamplingConfig
 
     ranked = width > k and cost_model is not None
+    started = time.perf_counter()
     result = optimize(model, tokenizer, workload,
                       config=OptimizeConfig(k=k, rounds=rounds, search=search,
                                             width=width if ranked else None,
                                             transfer=transfer if corpus is not None else 0),
                       sampling=SamplingConfig(n=k, seed=seed), evaluator=evaluator,
                       cost_model=cost_model, corpus=corpus, progress=progress)
+    seconds = {"dragon": time.perf_counter() - started}
     trials = result.measurements
     if progress:
-        print(f"MetaSchedule: {trials} candidates searched and measured ...", flush=True)
-    best = rival_search(workload, evaluator.target, evaluator, trials, seed=seed,
-                        population=population).best
-    ms_script = best.script if best is not None else None
+        print(f"MetaSchedule: tune_tir, max_trials_global={trials} ...", flush=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="dragon-demo-ms-") as memo:
+        try:  # a fresh memo directory: tuned now, never read back from an earlier run
+            best = metaschedule_best(workload, evaluator.target, trials, seed=seed,
+                                     cache_dir=memo)
+            ms_script, ms_trials = best.script, best.trials
+        except BaselineUnavailable as exc:  # none of its candidates built and ran
+            if progress:
+                print(f"MetaSchedule: {exc}", flush=True)
+            ms_script, ms_trials = None, trials
+    seconds["metaschedule"] = time.perf_counter() - started
     scripts = {name: text for name, text in (
         ("dragon", result.best.script if result.ok and result.best else None),
         ("metaschedule", ms_script)) if text is not None}
     final = outcomes(measure_beside(evaluator, workload, scripts,
                                     Baselines(result.start.modules)))
     return KernelShowdown(str(getattr(workload, "spec", workload)), result, trials, ms_script,
-                          final)
+                          final, ms_trials, seconds)
 
 
 def compare_network(model, tokenizer, label: str, mod, tasks: list, evaluator: Any, database: str,
