@@ -97,6 +97,12 @@ def test_every_attempt_is_measured_beside_its_references(evaluation, models):
             "early vs final", f"early vs {MS}", f"final vs {MS}"}
         for h in summary["head_to_head"][kind].values():
             assert h["wins_a"] + h["wins_b"] + h["ties"] == h["tasks"] == 1
+        # per family, the same pairs, adding up to the whole
+        families = summary["head_to_head_by_family"][kind]
+        for pair, h in summary["head_to_head"][kind].items():
+            for key in h:
+                assert sum(f[pair][key] for f in families.values()) == h[key]
+    assert "| early vs final |" in (out / "report.md").read_text()
 
 
 def test_the_scripts_of_every_model_are_counted_beside_metaschedules(evaluation):

@@ -20,7 +20,8 @@ session.  What is reported, per model and task kind, follows the field's convent
   first ``n`` attempts (``n`` measurements spent, in sampling order), over the tasks;
 * what the scripts do (``dragon_dsl.stats``), over the attempts that parse: the share that
   tile, per family too, their statements (median) and rebinds (mean);
-* per family: the same figures, per model (``by_family``).
+* per family: the same figures, per model (``by_family``), and the head to head
+  (``head_to_head_by_family``).
 
 Kernels so fast that timing noise decides their speedups can be left out of every figure
 (``slow_tasks``: the tasks whose unscheduled kernel, measured in the same session, takes at
@@ -48,7 +49,7 @@ from dragon_dsl.errors import DragonError
 from dragon_dsl.stats import script_stats
 
 __all__ = ["FAST_P", "best_by_task", "budget_curves", "by_family", "fast_p", "geomean",
-           "head_to_head", "slow_tasks", "summarize"]
+           "head_to_head", "head_to_head_by_family", "slow_tasks", "summarize"]
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
 _NOT_PARSED = {"parse_error"}
@@ -263,6 +264,29 @@ def head_to_head(rows: list[dict[str, Any]], a: str, b: str, kind: str, *,
             verdict = compare(_timed(y), _timed(x), floor=tie).verdict
         out[{"faster": "wins_a", "slower": "wins_b", "tie": "ties"}[verdict]] += 1
     return out
+
+
+def head_to_head_by_family(rows: list[dict[str, Any]], names: list[str], kind: str, *,
+                           tie: float = 0.02) -> dict[str, dict[str, dict[str, int]]]:
+    """``{family: {"a vs b": head_to_head(...)}}`` over each operator family's tasks of
+    ``kind``, for every pair of ``names`` in order (a family held out of training shows
+    apart from those trained on).
+
+    >>> rows = [{"model": m, "task": t, "kind": "k", "family": f, "status": "correct",
+    ...          "latency_s": s}
+    ...         for m, t, f, s in (("a", "t1", "dense", 1.0), ("b", "t1", "dense", 2.0),
+    ...                            ("a", "t2", "pool2d", 3.0), ("b", "t2", "pool2d", 1.0))]
+    >>> f = head_to_head_by_family(rows, ["a", "b"], "k")
+    >>> f["dense"]["a vs b"]["wins_a"], f["pool2d"]["a vs b"]["wins_b"]
+    (1, 1)
+    """
+    families: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["kind"] == kind:
+            families[row.get("family") or ""].append(row)
+    return {family: {f"{a} vs {b}": head_to_head(group, a, b, kind, tie=tie)
+                     for i, a in enumerate(names) for b in names[i + 1:]}
+            for family, group in sorted(families.items())}
 
 
 def budget_curves(rows: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:

@@ -79,7 +79,8 @@ def markdown(summary: dict[str, Any]) -> str:
                 a, b = pair.split(" vs ")
                 lines.append(f"| {pair} | {a}: {h['wins_a']} | {b}: {h['wins_b']} | "
                              f"{h['ties']} | {h['tasks']} |")
-        lines += _family_table(summary.get("by_family", {}).get(kind, {}), kind)
+        lines += _family_table(summary.get("by_family", {}).get(kind, {}), kind,
+                               summary.get("head_to_head_by_family", {}).get(kind, {}))
         lines.append("")
     lines += _script_table(summary)
     lines += ["fast_p: the share of tasks whose best attempt is correct and at least p times "
@@ -95,15 +96,20 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _family_table(families: dict[str, dict[str, Any]], kind: str) -> list[str]:
-    """Per family: tasks, then each model's correct share and best speedup (geomean)."""
+def _family_table(families: dict[str, dict[str, Any]], kind: str,
+                  duels: dict[str, dict[str, dict[str, int]]] | None = None) -> list[str]:
+    """Per family: tasks, then each model's correct share and best speedup (geomean), then
+    each pair's head to head (wins, wins, ties) when ``duels`` has it."""
     if not families:
         return []
     models = list(dict.fromkeys(m for f in families.values() for m in f))
+    pairs = list(dict.fromkeys(p for d in (duels or {}).values() for p in d))
     start = ", and over the start script" if kind == "refinement" else ""
+    against = "; head to head: the first model's wins, the second's, ties" if pairs else ""
     lines = ["", f"Per family: correct per attempt, best speedup geomean over the unscheduled "
-             f"kernel{start}.", "",
-             "| family | tasks | " + " | ".join(models) + " |", "|---" * (2 + len(models)) + "|"]
+             f"kernel{start}{against}.", "",
+             "| family | tasks | " + " | ".join([*models, *pairs]) + " |",
+             "|---" * (2 + len(models) + len(pairs)) + "|"]
     for family, by_model in families.items():
         tasks = max(f["tasks"] for f in by_model.values())
         cells = []
@@ -116,6 +122,9 @@ def _family_table(families: dict[str, dict[str, Any]], kind: str) -> list[str]:
             if kind == "refinement":
                 cell += f", {_x(f.get('best_over_start_geomean'))}"
             cells.append(cell)
+        for pair in pairs:
+            h = (duels or {}).get(family, {}).get(pair)
+            cells.append(f"{h['wins_a']} / {h['wins_b']} / {h['ties']}" if h else "-")
         lines.append(f"| {family} | {tasks} | " + " | ".join(cells) + " |")
     return lines
 

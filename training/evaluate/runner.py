@@ -53,6 +53,7 @@ from training.evaluate.metrics import (
     budget_curves,
     by_family,
     head_to_head,
+    head_to_head_by_family,
     slow_tasks,
     summarize,
 )
@@ -342,7 +343,10 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
                    kind: {f"{a} vs {b}": head_to_head(rows, a, b, kind, tie=config.tie)
                           for i, a in enumerate(names) for b in names[i + 1:]}
                    for kind in config.kinds},
-               "curves": budget_curves(rows), "by_family": by_family(rows)}
+               "curves": budget_curves(rows), "by_family": by_family(rows),
+               "head_to_head_by_family": {
+                   kind: head_to_head_by_family(rows, names, kind, tie=config.tie)
+                   for kind in config.kinds}}
     if config.min_unscheduled_us:
         summary["min_unscheduled_us"] = config.min_unscheduled_us
         summary["left_out"] = {k: sum(t.kind == k and t.id not in kept for t in tasks)
