@@ -136,6 +136,37 @@ def test_statements_that_change_nothing_metaschedule_never_writes_are_refused():
     assert admits(lark, 'annotate C tiling_structure="SSRSRS"\n')
     assert not admits(lark, 'annotate root tiling_structure="SSRSRS"\n')
     assert admits(lark, "annotate root parallel=32\n")
+    # The root block is not inlined, moved or given a compute location (TVM refuses each);
+    # the block under loops is.
+    for line in ("compute_inline root", "reverse_compute_inline root", "compute_at root l0",
+                 "sample_compute_location root -1 -> l0"):
+        assert not admits(lark, line + "\n"), line
+    assert admits(lark, "sample_compute_location C -1 -> l0\n")
+    assert admits(lark, "compute_inline C\n")
+
+
+def test_a_statement_left_to_the_whole_script_grammar_names_what_exists():
+    """`blockize`, `tensorize`, `reindex` ... keep the whole-script grammar's syntax, but their
+    first argument is a name in scope of their kind: with every block fetched the built-in
+    model's mass sat on `block` (a fetch again, refused), and the token led into `blockize`
+    with a name that never existed, refused until the sample was closed with nothing done."""
+    wl = workload("pool2d(c=64,h=9,w=9,kind=global,layout=NHWC)")
+    live = LiveSchedule(wl, "llvm")
+    for line in ['block "root" -> root', 'block "adaptive_pool_sum" -> adaptive_pool_sum',
+                 'block "adaptive_pool_avg" -> adaptive_pool_avg']:
+        live.step(line)
+    for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
+        lark = statement_grammar(state, postproc_set="llvm")
+        assert not admits(lark, "blockize yy084podhw0root640 -> l1\n")
+        assert not admits(lark, "blockize root1d_structure -> b0\n")
+        assert not admits(lark, "blockize adaptive_pool_sum -> b0\n")  # a loop, not a block
+        assert not admits(lark, 'block "root" -> root\n')
+        assert admits(lark, 'reindex adaptive_pool_sum write 0 -> b0\n')
+        assert admits(lark, 'tensorize root "x"\n')
+    live.step("loops adaptive_pool_sum -> " + ", ".join(
+        live.expected_results("loops", "adaptive_pool_sum")))
+    loop = live.names("loop")[0]
+    assert admits(statement_grammar(live, postproc_set="llvm"), f"blockize {loop} -> b0\n")
 
 
 @pytest.mark.parametrize("spec,target,rules", CASES)

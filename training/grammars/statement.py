@@ -59,12 +59,18 @@ THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadI
 # Instruction kinds without a statement of their own that MetaSchedule's rules write before
 # `postproc` (the tensor-core rules pad einsums); no other general form is admitted.
 GENERAL_KINDS = ("PadEinsum",)
-# Statements whose arguments this grammar does not narrow: their syntax comes from the
-# whole-script grammar, their meaning from applying them.
-FALLBACK_OPS = ("partitioned_tile", "sample_tile", "sample_partitioned_tile", "loop_partition",
-                "merge", "add_unit_loop", "reindex", "read_at", "write_at", "blockize",
-                "tensorize", "storage_align", "transform_layout", "transform_block_layout",
-                "output_blocks")
+# Statements whose arguments after the first this grammar does not narrow: their syntax comes
+# from the whole-script grammar, their meaning from applying them.  The first argument is a name
+# in scope of the kind the statement takes ("loop", "block", or "any" of both), so that a model
+# whose mass sits on a refused line (a block fetched again) is not led by the shared first token
+# (`block` -> `blockize`) into a name that cannot exist, refused until the sample is closed: the
+# built-in model ended most pooling scripts that way, with nothing changed.
+FALLBACK_OPS = {"partitioned_tile": "loop", "sample_tile": "loop",
+                "sample_partitioned_tile": "loop", "loop_partition": "loop", "merge": "loop",
+                "add_unit_loop": "any", "reindex": "block", "read_at": "loop",
+                "write_at": "loop", "blockize": "loop", "tensorize": "any",
+                "storage_align": "block", "transform_layout": "block",
+                "transform_block_layout": "block", "output_blocks": "block"}
 
 
 def _lit(text: str) -> str:
@@ -237,11 +243,16 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
         else:
             r.stmt(f'"annotate " {anyref} " " {key} "=" {value}')
         r.stmt(f'"unannotate " {anyref} " " {key}')
+    # Blocks under loops: the root block (and a block without loops) cannot be inlined, moved
+    # or given a compute location; TVM refuses each, and a model that leaned on such a line
+    # spent its retries there until the sample was closed.
+    movable = [b for b in blocks if live.loops(b)]
+    mref = r.add("mref", _alts(_lit(b) for b in movable)) if movable else None
     places = loops + live.locations()
-    if bref and places:
+    if mref and places:
         at_options = '(" preserve_unit_loops=" BOOL)? (" index=" INT)?'
         at = _alts(_lit(p) for p in places)
-        r.stmt(f'("compute_at " | "reverse_compute_at ") {bref} " " {at} {at_options}')
+        r.stmt(f'("compute_at " | "reverse_compute_at ") {mref} " " {at} {at_options}')
     if bref and lref:
         r.stmt(f'"decompose_reduction " {bref} " " {lref} {one("decompose_reduction")}')
     if lref:
@@ -253,10 +264,11 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
             if rank is not None:
                 axes = _alts(_lit(str(a)) for a in range(rank + 1))
                 r.stmt(f'{_lit(f"rfactor {lp} ")} {axes} {one("rfactor")}')
-    if bref:
-        r.stmt(f'("compute_inline " | "reverse_compute_inline ") {bref}')
-        r.stmt(f'"sample_compute_location " {bref} " " ("-2" | "-1" | UINT) '
+    if mref:
+        r.stmt(f'("compute_inline " | "reverse_compute_inline ") {mref}')
+        r.stmt(f'"sample_compute_location " {mref} " " ("-2" | "-1" | UINT) '
                f'{one("sample_compute_location")}')
+    if bref:
         consumers = f'(" consumers=[" {bref} (", " {bref})* "]")?'
         for b in blocks:
             reads, writes = live.buffers(b)
@@ -277,9 +289,12 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     else:
         r.stmt(f'"sample_categorical [" INT (", " INT)* "] " UINT {name}')
     # what is left to the whole-script grammar and to applying it
-    r.add("FALLBACK", "/((" + "|".join(sorted(FALLBACK_OPS, key=len, reverse=True))
-          + r") |" + "|".join(f"@{k}\\(" for k in GENERAL_KINDS) + r")[^\n]*/")
-    r.stmt("FALLBACK")
+    r.add("REST", r"/[^\n]*/")
+    refs = {"loop": lref, "block": bref, "any": anyref}
+    for op, kind in FALLBACK_OPS.items():
+        if refs[kind]:
+            r.stmt(f'{_lit(op + " ")} {refs[kind]} (" " REST)?')
+    r.stmt(_alts(_lit(f"@{k}(") for k in GENERAL_KINDS) + " REST")
     if live.changes:
         # A script of fetches and draws alone is the unscheduled kernel: none of MetaSchedule's
         # does that, and a model that ends one (the built-in model did on most pooling kernels)
