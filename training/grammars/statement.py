@@ -29,13 +29,16 @@ built here from that state.  It admits, in canonical layout:
   only once a statement changed the kernel (``LiveSchedule.changes``: not a fetch or a draw
   alone); a script of ``block`` lines and ``postproc`` is the unscheduled kernel, which
   MetaSchedule never writes (none of the corpus' 16,439 records) and the built-in model wrote
-  on most pooling kernels.
+  on most pooling kernels;
+- ``compute_inline``, ``compute_at``, ``sample_compute_location`` ... of a block under loops
+  only: TVM refuses each of them on the root block.
 
 Statements MetaSchedule rarely writes before ``postproc`` (``tensorize``, ``transform_layout``,
-``reindex`` ...) keep their syntax from the whole-script grammar, which the sampler applies at
+``reindex`` ...) start with a name in scope of the kind they take (``FALLBACK_OPS``) and keep
+the rest of their syntax from the whole-script grammar, which the sampler applies at
 the same time (the general form ``@Kind(...)`` is not admitted: MetaSchedule's scripts need it
-only after ``postproc``, and arbitrary instructions can crash TVM in-process); their names
-and meaning are checked when the statement is
+only after ``postproc``, and arbitrary instructions can crash TVM in-process); their other
+names and meaning are checked when the statement is
 applied, and a statement TVM refuses is rolled back and sampled again.  What this grammar
 admits is a subset of ``dragon_dsl.parse``; what it adds to the language's rules are the
 canonical names and layout (the form training data has), nothing a checker would report.
