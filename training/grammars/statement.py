@@ -169,6 +169,11 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     def one(op: str, target: str | None = None, n: int | None = None) -> str:
         return _lit(" -> " + ", ".join(live.expected_results(op, target, n)))
 
+    # Blocks under loops: the root block (and a block without loops) is never tiled, and
+    # cannot be inlined, moved or given a compute location; TVM refuses each, and a model that
+    # leaned on such a line spent its retries there until the sample was closed.
+    movable = [b for b in blocks if live.loops(b)]
+
     # getters
     bound = set(live.bound_blocks())  # fetching a block again changes nothing
     unbound = [b for b in live.block_names() if b not in bound]
@@ -234,7 +239,7 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                 if k == "tiling_structure" and on == bref:
                     # read by MultiLevelTiling on the block it tiles: a block without loops
                     # (the root) is never tiled, and MetaSchedule never annotates one
-                    names = [b for b in blocks if live.loops(b)]
+                    names = movable
                     on = r.add("tiledref", _alts(_lit(b) for b in names)) if names else None
                 # a name this script already annotated with the key: again changes at most
                 # the value, and MetaSchedule never writes that (live.annotated)
@@ -246,10 +251,6 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
         else:
             r.stmt(f'"annotate " {anyref} " " {key} "=" {value}')
         r.stmt(f'"unannotate " {anyref} " " {key}')
-    # Blocks under loops: the root block (and a block without loops) cannot be inlined, moved
-    # or given a compute location; TVM refuses each, and a model that leaned on such a line
-    # spent its retries there until the sample was closed.
-    movable = [b for b in blocks if live.loops(b)]
     mref = r.add("mref", _alts(_lit(b) for b in movable)) if movable else None
     places = loops + live.locations()
     if mref and places:
