@@ -66,7 +66,9 @@ class LiveSchedule:
 
         self.mod = as_module(workload)
         self.target = target
-        self.sch = schedule_of(self.mod, error_render_level="detail")
+        # "fast": TVM's sentence without the module printed above it ("detail"), which costs
+        # about 1.3 ms of every refusal, and the grammar tries inlines and moves on copies
+        self.sch = schedule_of(self.mod, error_render_level="fast")
         self.rvs: dict[str, Any] = {}     # script name -> the schedule's random variable
         self.kinds: dict[str, str] = {}   # script name -> "block", "loop" or "var"
         self.postproc_set: str | None = None
@@ -81,6 +83,7 @@ class LiveSchedule:
         self._locations: dict[str, tuple[str, int]] = {}  # name -> (block, decision)
         self._pieces: set[str] = set()    # loops that a tile or split made
         self._annotated: set[tuple[str, str]] = set()  # (name, TVM key) the script annotated
+        self._memo: dict[tuple, Any] = {}  # answers about the kernel, until a change
 
     # ---- stepping -------------------------------------------------------------------------
 
@@ -93,6 +96,7 @@ class LiveSchedule:
         other._locations = dict(self._locations)
         other._pieces = set(self._pieces)
         other._annotated = set(self._annotated)
+        other._memo = {}
         other._decoder = _copy_decoder(self._decoder)
         other._namer = _copy_namer(self._namer)
         other._relocate()
@@ -138,7 +142,9 @@ class LiveSchedule:
             raise error from None
         self._decoder.lines = backup._decoder.lines
         self.statements += 1
-        self.changes += stmt.op not in INSPECTING_OPS
+        if stmt.op not in INSPECTING_OPS:
+            self.changes += 1
+            self._memo = {}
         return bound
 
     def _apply(self, stmt: Stmt) -> list[str]:
@@ -422,6 +428,61 @@ class LiveSchedule:
         except Exception:  # noqa: BLE001  a location marker, or a loop that is gone
             return None
         return max(ranks) if ranks else None
+
+    def inline_ops(self, block: str) -> list[str]:
+        """Which of ``compute_inline`` and ``reverse_compute_inline`` TVM takes on ``block``
+        now, tried on a copy of the schedule (a reduction block takes neither, an output block
+        no ``compute_inline``); kept until a statement changes the kernel."""
+        return [op for op in ("compute_inline", "reverse_compute_inline")
+                if self._takes(op, block, ())]
+
+    def move_targets(self, op: str, block: str) -> list[str]:
+        """The places in scope ``compute_at`` (``reverse_compute_at``) may move ``block`` to: a
+        loop that is not one of its own, holds every consumer (producer) of it, and where TVM
+        takes the move (tried on a copy of the schedule: a strided pooling window, say, is
+        refused), or a location ``sample_compute_location`` drew for it.  ``compute_at`` of a
+        block that writes an output of the kernel is refused.  Kept until a statement changes
+        the kernel."""
+        key = ("moves", op, block, len(self.kinds))  # names are only added between changes
+        if key not in self._memo:
+            sch, rv = self.sch, self.rvs[block]
+            drawn = [n for n, (b, _) in self._locations.items() if b == block and self.alive(n)]
+            related = sch.get_consumers(rv) if op == "compute_at" else sch.get_producers(rv)
+            loops = []
+            if related and not (op == "compute_at" and self._writes_output(rv)):
+                above = set.intersection(*({sch.get(lp) for lp in sch.get_loops(other)}
+                                           for other in related))
+                above -= {sch.get(lp) for lp in sch.get_loops(rv)}
+                loops = [n for n, node in self._loop_nodes().items()
+                         if node in above and self._takes(op, block, (n,))]
+            self._memo[key] = loops + [n for n in drawn if n not in loops]
+        return list(self._memo[key])
+
+    def _loop_nodes(self) -> dict[str, Any]:
+        """Loop name in scope -> its TVM loop (hashed by identity), until a change."""
+        key = ("loops", len(self.kinds))
+        if key not in self._memo:
+            self._memo[key] = {n: self.sch.get(self.rvs[n]) for n in self.names("loop")}
+        return self._memo[key]
+
+    def _takes(self, op: str, block: str, args: tuple[str, ...]) -> bool:
+        """Whether TVM applies ``op`` to ``block`` (and the loops named ``args``) now."""
+        key = (op, block, args)
+        if key not in self._memo:
+            try:
+                getattr(self.sch.copy(), op)(self.rvs[block], *(self.rvs[a] for a in args))
+                self._memo[key] = True
+            except Exception:  # noqa: BLE001  TVM's ScheduleError: the op is refused
+                self._memo[key] = False
+        return self._memo[key]
+
+    def _writes_output(self, rv) -> bool:
+        try:
+            outputs = self.sch.get_output_blocks(self.sch.get_sblock("root"))
+        except Exception:  # noqa: BLE001  no block named root: narrow nothing
+            return False
+        node = self.sch.get(rv)
+        return any(self.sch.get(b).same_as(node) for b in outputs)
 
     def buffers(self, block: str) -> tuple[int, int]:
         """How many buffers ``block`` reads and writes."""

@@ -2,8 +2,8 @@
 
 ``training.grammars.statement`` narrows the next statement by querying a
 ``live.LiveSchedule`` (names in scope, blocks, loops and their extents, related blocks,
-buffer counts, ``rfactor`` ranks, canonical result names, ``postproc_set``).  When the live
-schedule is held in another process (``training.sampling.live_worker``: a TVM crash then ends
+buffer counts, ``rfactor`` ranks, the inlines and moves TVM takes, canonical result names,
+``postproc_set``).  When the live schedule is held in another process (``training.sampling.live_worker``: a TVM crash then ends
 that process, not the sampler), ``LiveView.of`` records those answers there, ``as_data`` /
 ``from_data`` carry them over the pipe as JSON, and the view answers the same queries here,
 without TVM.
@@ -27,6 +27,7 @@ from .live import LiveSchedule, Loop, result_names
 __all__ = ["LiveView"]
 
 _RELATED = ("children", "consumers", "producers", "output_blocks")
+_MOVES = ("compute_at", "reverse_compute_at")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,9 @@ class LiveView:
     bound: list[str] = field(default_factory=list)   # ``bound_blocks()``
     piece_names: list[str] = field(default_factory=list)  # ``pieces()``
     annotated_keys: dict[str, list[str]] = field(default_factory=dict)  # ``annotated()``
+    # block under loops -> ``inline_ops``; -> op -> ``move_targets``
+    inline_ops_of: dict[str, list[str]] = field(default_factory=dict)
+    move_targets_of: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     error: str = ""                          # a query failed while recording: narrow nothing
 
     @classmethod
@@ -76,7 +80,11 @@ class LiveView:
                         related[b][op] = live.related(op, b)
                     except Exception:  # noqa: BLE001  e.g. producers of the root block
                         related[b][op] = None
+            movable = [b for b in blocks if live.loops(b)]
             return cls(scope=scope, location_names=live.locations(),
+                       inline_ops_of={b: live.inline_ops(b) for b in movable},
+                       move_targets_of={b: {op: live.move_targets(op, b) for op in _MOVES}
+                                        for b in movable},
                        blocks=live.block_names(), bound=live.bound_blocks(),
                        piece_names=live.pieces(), annotated_keys=live.annotated(),
                        loops_of={b: live.loops(b) for b in blocks}, related_of=related,
@@ -144,6 +152,12 @@ class LiveView:
 
     def buffers(self, block: str) -> tuple[int, int]:
         return self.buffers_of[block]
+
+    def inline_ops(self, block: str) -> list[str]:
+        return list(self.inline_ops_of.get(block, ()))
+
+    def move_targets(self, op: str, block: str) -> list[str]:
+        return list(self.move_targets_of.get(block, {}).get(op, ()))
 
     def expected_results(self, op: str, target: str | None = None, n: int | None = None,
                          *, factors: bool = False) -> list[str]:

@@ -142,7 +142,39 @@ def test_statements_that_change_nothing_metaschedule_never_writes_are_refused():
                  "sample_compute_location root -1 -> l0"):
         assert not admits(lark, line + "\n"), line
     assert admits(lark, "sample_compute_location C -1 -> l0\n")
-    assert admits(lark, "compute_inline C\n")
+    assert not admits(lark, "compute_inline C\n")  # a reduction, and the kernel's output
+
+
+def test_a_block_is_inlined_or_moved_only_where_tvm_takes_it():
+    """The held-out pooling kernels' samples spent their retries on `compute_inline` of the
+    pooling reduction and on moving the padding under its own loops; TVM refuses both.  The
+    padding inlines, and moves under the pooling's loops; the pooling block (the output) moves
+    nowhere: not forward (an output), not back under the padding (its strided window)."""
+    wl = workload("pool2d(c=16,h=16,w=16,k=3,stride=2,pad=1)")
+    live = LiveSchedule(wl, "llvm")
+    for line in ['block "pad_temp" -> pad_temp', 'block "pool_max" -> pool_max']:
+        live.step(line)
+    for b in ("pad_temp", "pool_max"):
+        live.step(f"loops {b} -> " + ", ".join(live.expected_results("loops", b)))
+    pad_loops = [lp.name for lp in live.loops("pad_temp")]
+    own = live.names("loop")[:len(pad_loops)]
+    pool = live.names("loop")[len(pad_loops):]
+    assert live.inline_ops("pad_temp") == ["compute_inline"] and live.inline_ops("pool_max") == []
+    for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
+        lark = statement_grammar(state, postproc_set="llvm")
+        assert admits(lark, "compute_inline pad_temp\n")
+        for line in ("compute_inline pool_max", "reverse_compute_inline pool_max",
+                     "reverse_compute_inline pad_temp", f"compute_at pad_temp {own[0]}",
+                     f"compute_at pool_max {own[0]}", f"compute_at pool_max {pool[0]}",
+                     f"reverse_compute_at pool_max {pool[0]}",
+                     f"reverse_compute_at pool_max {own[1]}"):
+            assert not admits(lark, line + "\n"), line
+        for lp in pool:
+            assert admits(lark, f"compute_at pad_temp {lp}\n"), lp
+    # What the grammar admits TVM applies, and the inlined padding is gone from scope.
+    live.fork().step(f"compute_at pad_temp {pool[-1]}")
+    live.step("compute_inline pad_temp")
+    assert "pad_temp" not in live.names("block") and live.inline_ops("pool_max") == []
 
 
 def test_a_statement_left_to_the_whole_script_grammar_names_what_exists():

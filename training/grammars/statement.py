@@ -31,7 +31,11 @@ built here from that state.  It admits, in canonical layout:
   MetaSchedule never writes (none of the corpus' 16,439 records) and the built-in model wrote
   on most pooling kernels;
 - ``compute_inline``, ``compute_at``, ``sample_compute_location`` ... of a block under loops
-  only: TVM refuses each of them on the root block.
+  only: TVM refuses each of them on the root block; ``compute_inline`` and
+  ``reverse_compute_inline`` only of a block TVM inlines now (``inline_ops``: never a
+  reduction), ``compute_at`` and ``reverse_compute_at`` only to a loop above every consumer
+  (producer) of the block that is not its own, or a location drawn for it
+  (``move_targets``).
 
 Statements MetaSchedule rarely writes before ``postproc`` (``tensorize``, ``transform_layout``,
 ``reindex`` ...) start with a name in scope of the kind they take (``FALLBACK_OPS``) and keep
@@ -252,11 +256,16 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
             r.stmt(f'"annotate " {anyref} " " {key} "=" {value}')
         r.stmt(f'"unannotate " {anyref} " " {key}')
     mref = r.add("mref", _alts(_lit(b) for b in movable)) if movable else None
-    places = loops + live.locations()
-    if mref and places:
-        at_options = '(" preserve_unit_loops=" BOOL)? (" index=" INT)?'
-        at = _alts(_lit(p) for p in places)
-        r.stmt(f'("compute_at " | "reverse_compute_at ") {mref} " " {at} {at_options}')
+    # Moves and inlines TVM takes: a block goes under a loop above all its consumers
+    # (producers), or to a location drawn for it; inlined only where TVM inlines it (never a
+    # reduction).  Offered any place, the held-out pooling kernels spent their retries on
+    # `compute_inline` of the pooling reduction and moves across blocks.
+    at_options = '(" preserve_unit_loops=" BOOL)? (" index=" INT)?'
+    for b in movable:
+        for op in ("compute_at", "reverse_compute_at"):
+            places = live.move_targets(op, b)
+            if places:
+                r.stmt(f'{_lit(f"{op} {b} ")} {_alts(_lit(p) for p in places)} {at_options}')
     if bref and lref:
         r.stmt(f'"decompose_reduction " {bref} " " {lref} {one("decompose_reduction")}')
     if lref:
@@ -268,8 +277,10 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
             if rank is not None:
                 axes = _alts(_lit(str(a)) for a in range(rank + 1))
                 r.stmt(f'{_lit(f"rfactor {lp} ")} {axes} {one("rfactor")}')
+    inlines = [f"{op} {b}" for b in movable for op in live.inline_ops(b)]
+    if inlines:
+        r.stmt(_alts(_lit(line) for line in inlines))
     if mref:
-        r.stmt(f'("compute_inline " | "reverse_compute_inline ") {mref}')
         r.stmt(f'"sample_compute_location " {mref} " " ("-2" | "-1" | UINT) '
                f'{one("sample_compute_location")}')
     if bref:
