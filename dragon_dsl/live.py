@@ -421,13 +421,15 @@ class LiveSchedule:
 
     def rfactor_rank(self, loop: str) -> int | None:
         """The rank of the buffer a reduction under ``loop`` writes (``rfactor``'s factor axis is
-        at most that); None when no block under the loop writes one."""
+        at most that); None when no block under the loop writes one, or TVM does not factor
+        the loop (tried on a copy of the schedule, factor axis 0: a loop that is not a
+        reduction's, say; the pooling samples spent retries there)."""
         try:
             blocks = self.sch.get_child_blocks(self.rvs[loop])
             ranks = [len(w.source.shape) for b in blocks for w in self.sch.get(b).writes]
         except Exception:  # noqa: BLE001  a location marker, or a loop that is gone
             return None
-        return max(ranks) if ranks else None
+        return max(ranks) if ranks and self._takes("rfactor", loop, (0,)) else None
 
     def inline_ops(self, block: str) -> list[str]:
         """Which of ``compute_inline`` and ``reverse_compute_inline`` TVM takes on ``block``
@@ -465,12 +467,14 @@ class LiveSchedule:
             self._memo[key] = {n: self.sch.get(self.rvs[n]) for n in self.names("loop")}
         return self._memo[key]
 
-    def _takes(self, op: str, block: str, args: tuple[str, ...]) -> bool:
-        """Whether TVM applies ``op`` to ``block`` (and the loops named ``args``) now."""
-        key = (op, block, args)
+    def _takes(self, op: str, name: str, args: tuple[str | int, ...]) -> bool:
+        """Whether TVM applies ``op`` to the block or loop ``name`` (then the loops named, or
+        the integers, in ``args``) now."""
+        key = (op, name, args)
         if key not in self._memo:
             try:
-                getattr(self.sch.copy(), op)(self.rvs[block], *(self.rvs[a] for a in args))
+                getattr(self.sch.copy(), op)(self.rvs[name], *(
+                    self.rvs[a] if isinstance(a, str) else a for a in args))
                 self._memo[key] = True
             except Exception:  # noqa: BLE001  TVM's ScheduleError: the op is refused
                 self._memo[key] = False

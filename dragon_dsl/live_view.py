@@ -3,10 +3,10 @@
 ``training.grammars.statement`` narrows the next statement by querying a
 ``live.LiveSchedule`` (names in scope, blocks, loops and their extents, related blocks,
 buffer counts, ``rfactor`` ranks, the inlines and moves TVM takes, canonical result names,
-``postproc_set``).  When the live schedule is held in another process (``training.sampling.live_worker``: a TVM crash then ends
-that process, not the sampler), ``LiveView.of`` records those answers there, ``as_data`` /
-``from_data`` carry them over the pipe as JSON, and the view answers the same queries here,
-without TVM.
+``postproc_set``).  When the live schedule is held in another process
+(``training.sampling.live_worker``: a TVM crash then ends that process, not the sampler),
+``LiveView.of`` records those answers there, ``as_data`` / ``from_data`` carry them over the
+pipe as JSON, and the view answers the same queries here, without TVM.
 
 >>> from codegen.workloads import workload                                     # doctest: +SKIP
 >>> live = LiveSchedule(workload("matmul(m=16,n=16,k=16)").mod)                # doctest: +SKIP
@@ -61,7 +61,7 @@ class LiveView:
         """Record ``live``'s answers (in the process that holds it)."""
         namer = {"taken": sorted(live._namer.taken), "counters": dict(live._namer.counters),
                  "script_name": dict(live._namer.script_name)}
-        base = {"postproc_set": live.postproc_set, "statements": live.statements,
+        base: dict[str, Any] = {"postproc_set": live.postproc_set, "statements": live.statements,
                 "changes": live.changes,
                 "namer": namer, "nice": sorted(live._nice)}
         if live.postproc_set is not None:  # complete: the grammar reads nothing else

@@ -171,6 +171,20 @@ def test_a_block_is_inlined_or_moved_only_where_tvm_takes_it():
             assert not admits(lark, line + "\n"), line
         for lp in pool:
             assert admits(lark, f"compute_at pad_temp {lp}\n"), lp
+    # `rfactor` only of a loop TVM factors (the pooling samples named spatial loops): the
+    # grammar admits exactly the lines that apply.
+    lark = statement_grammar(live, postproc_set="llvm")
+    verdicts = []
+    for lp in pool:
+        line = f"rfactor {lp} 0 -> " + ", ".join(live.expected_results("rfactor"))
+        try:
+            live.fork().step(line)
+            applies = True
+        except dragon_dsl.DragonError:
+            applies = False
+        assert admits(lark, line + "\n") == applies, line
+        verdicts.append(applies)
+    assert not verdicts[0] and any(verdicts), verdicts
     # What the grammar admits TVM applies, and the inlined padding is gone from scope.
     live.fork().step(f"compute_at pad_temp {pool[-1]}")
     live.step("compute_inline pad_temp")

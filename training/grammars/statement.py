@@ -35,7 +35,7 @@ built here from that state.  It admits, in canonical layout:
   ``reverse_compute_inline`` only of a block TVM inlines now (``inline_ops``: never a
   reduction), ``compute_at`` and ``reverse_compute_at`` only to a loop above every consumer
   (producer) of the block that is not its own, or a location drawn for it
-  (``move_targets``).
+  (``move_targets``); ``rfactor`` only of a loop TVM factors (``rfactor_rank``).
 
 Statements MetaSchedule rarely writes before ``postproc`` (``tensorize``, ``transform_layout``,
 ``reindex`` ...) start with a name in scope of the kind they take (``FALLBACK_OPS``) and keep
