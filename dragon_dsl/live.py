@@ -30,7 +30,10 @@ from .statements import INSPECTING_OPS
 from .tvm_bridge import OUTPUT_TYPES, Inst, value_to_tvm
 from .tvm_support import as_module, schedule_of, tvm_message
 
-__all__ = ["LiveSchedule", "Loop", "apply_script", "output_kind"]
+__all__ = ["MOVE_OPS", "LiveSchedule", "Loop", "apply_script", "output_kind"]
+
+# The statements that move a block under a loop (``LiveSchedule.move_targets``).
+MOVE_OPS = ("compute_at", "reverse_compute_at")
 
 # The encoder's test for a workload loop name it keeps (``i``, ``co``, ``rh``).
 _SIMPLE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,5}\Z")
@@ -138,7 +141,9 @@ class LiveSchedule:
             error = exc if isinstance(exc, DslSemanticError) else self._error(
                 stmt, str(exc) if isinstance(exc, DragonError)
                 else f"the workload refuses {stmt.op}: {tvm_message(exc)}")
+            memo = self._memo  # still true of the state put back (its copy shares the loops)
             self.__dict__.update(backup.__dict__)
+            self._memo = memo
             raise error from None
         self._decoder.lines = backup._decoder.lines
         self.statements += 1

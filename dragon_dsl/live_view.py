@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .codec import _Namer
-from .live import LiveSchedule, Loop, result_names
+from .live import MOVE_OPS, LiveSchedule, Loop, result_names
 
 __all__ = ["LiveView"]
 
 _RELATED = ("children", "consumers", "producers", "output_blocks")
-_MOVES = ("compute_at", "reverse_compute_at")
 
 
 @dataclass(frozen=True)
@@ -80,14 +79,15 @@ class LiveView:
                         related[b][op] = live.related(op, b)
                     except Exception:  # noqa: BLE001  e.g. producers of the root block
                         related[b][op] = None
-            movable = [b for b in blocks if live.loops(b)]
+            loops_of = {b: live.loops(b) for b in blocks}
+            movable = [b for b in blocks if loops_of[b]]
             return cls(scope=scope, location_names=live.locations(),
                        inline_ops_of={b: live.inline_ops(b) for b in movable},
-                       move_targets_of={b: {op: live.move_targets(op, b) for op in _MOVES}
+                       move_targets_of={b: {op: live.move_targets(op, b) for op in MOVE_OPS}
                                         for b in movable},
                        blocks=live.block_names(), bound=live.bound_blocks(),
                        piece_names=live.pieces(), annotated_keys=live.annotated(),
-                       loops_of={b: live.loops(b) for b in blocks}, related_of=related,
+                       loops_of=loops_of, related_of=related,
                        buffers_of={b: live.buffers(b) for b in blocks},
                        extents={lp: live.extent(lp) for lp in loops},
                        rfactor_ranks={lp: live.rfactor_rank(lp) for lp in loops}, **base)

@@ -53,7 +53,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
-from dragon_dsl.live import LiveSchedule
+from dragon_dsl.live import MOVE_OPS, LiveSchedule
 from dragon_dsl.live_view import LiveView
 from dragon_dsl.statements import annotation_key
 
@@ -262,7 +262,7 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     # `compute_inline` of the pooling reduction and moves across blocks.
     at_options = '(" preserve_unit_loops=" BOOL)? (" index=" INT)?'
     for b in movable:
-        for op in ("compute_at", "reverse_compute_at"):
+        for op in MOVE_OPS:
             places = live.move_targets(op, b)
             if places:
                 r.stmt(f'{_lit(f"{op} {b} ")} {_alts(_lit(p) for p in places)} {at_options}')
