@@ -447,9 +447,9 @@ class LiveSchedule:
         """The places in scope ``compute_at`` (``reverse_compute_at``) may move ``block`` to: a
         loop that is not one of its own, holds every consumer (producer) of it, and where TVM
         takes the move (tried on a copy of the schedule: a strided pooling window, say, is
-        refused), or a location ``sample_compute_location`` drew for it.  ``compute_at`` of a
-        block that writes an output of the kernel is refused.  Kept until a statement changes
-        the kernel."""
+        refused), or a location ``sample_compute_location`` drew for it that TVM still takes
+        (a statement since may have split its loop).  ``compute_at`` of a block that writes an
+        output of the kernel is refused.  Kept until a statement changes the kernel."""
         key = ("moves", op, block, len(self.kinds))  # names are only added between changes
         if key not in self._memo:
             sch, rv = self.sch, self.rvs[block]
@@ -462,8 +462,18 @@ class LiveSchedule:
                 above -= {sch.get(lp) for lp in sch.get_loops(rv)}
                 loops = [n for n, node in self._loop_nodes().items()
                          if node in above and self._takes(op, block, (n,))]
-            self._memo[key] = loops + [n for n in drawn if n not in loops]
+            self._memo[key] = loops + [n for n in drawn
+                                       if n not in loops and self._reaches(op, block, n)]
         return list(self._memo[key])
+
+    def _reaches(self, op: str, block: str, location: str) -> bool:
+        """Whether TVM moves ``block`` to a location drawn for it: a drawn loop can be out of
+        reach since (the block moved deeper).  The root and inline marks are taken as they
+        are (TVM 0.27 leaves the block where it is for both, a reduction included); a
+        schedule's copy holds no mark, so they are not tried on one."""
+        if self._locations[location][1] < 0:
+            return True
+        return self._takes(op, block, (location,))
 
     def _loop_nodes(self) -> dict[str, Any]:
         """Loop name in scope -> its TVM loop (hashed by identity), until a change."""

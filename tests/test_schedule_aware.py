@@ -191,6 +191,61 @@ def test_a_block_is_inlined_or_moved_only_where_tvm_takes_it():
     assert "pad_temp" not in live.names("block") and live.inline_ops("pool_max") == []
 
 
+def test_statements_tvm_refuses_for_their_shape_are_not_admitted():
+    """What the held-out pooling samples were still refused on after the moves: `reorder` of
+    one loop twice, a buffer's name as a storage scope, `blockize` binding a name already
+    bound, `compute_at` to a drawn location TVM no longer takes.  Each line the grammar turns
+    away, TVM refuses too (applied to a fork), and its well-formed neighbour is admitted."""
+    wl = workload("pool2d(c=16,h=16,w=16,k=3,stride=2,pad=1)")
+    live = LiveSchedule(wl, "llvm")
+    for line in ['block "pad_temp" -> pad_temp', 'block "pool_max" -> pool_max']:
+        live.step(line)
+    for b in ("pad_temp", "pool_max"):
+        live.step(f"loops {b} -> " + ", ".join(live.expected_results("loops", b)))
+    drawn = live.expected_results("sample_compute_location")[0]
+    live.step(f"sample_compute_location pad_temp 2 -> {drawn}")  # the pooling's third loop
+    l1, l3 = live.names("loop")[5], live.names("loop")[7]
+    live.step(f"compute_at pad_temp {l3}")  # deeper than the drawn loop: it is out of reach
+    block, inner = live.expected_results("blockize")[0], live.names("loop")[-1]
+
+    def applies(line: str) -> bool:
+        try:
+            live.fork().step(line)
+        except dragon_dsl.DragonError:
+            return False
+        return True
+
+    refused = [f"reorder {l1} {l1}", f"reorder {l3} {l1} {l1}",
+               'cache_write pool_max 0 "pad_temp"', 'cache_read pool_max 0 "X_1"',
+               f"blockize {inner} -> pad_temp", f"compute_at pad_temp {drawn}"]
+    admitted = [f"reorder {l3} {l1}", 'cache_write pool_max 0 "global" -> '
+                + live.expected_results("cache_write")[0], f"blockize {inner} -> {block}"]
+    for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
+        lark = statement_grammar(state, postproc_set="llvm")
+        for line in refused:
+            assert not admits(lark, line + "\n") and not applies(line), line
+        for line in admitted:
+            assert admits(lark, line + "\n") and applies(line), line
+    # The root and inline marks drawn for a reduction: TVM takes `compute_at` to either (it
+    # leaves the block where it is), and so does the grammar (a copy of the schedule, where
+    # the moves are tried, holds no mark).
+    wl = workload("pool2d(c=64,h=9,w=9,kind=global,layout=NHWC)")
+    pooled = LiveSchedule(wl, "llvm")
+    pooled.step('block "adaptive_pool_sum" -> adaptive_pool_sum')
+    pooled.step("loops adaptive_pool_sum -> " + ", ".join(
+        pooled.expected_results("loops", "adaptive_pool_sum")))
+    for decision in (-2, -1):
+        mark = pooled.expected_results("sample_compute_location")[0]
+        pooled.step(f"sample_compute_location adaptive_pool_sum {decision} -> {mark}")
+        line = f"compute_at adaptive_pool_sum {mark}"
+        assert admits(statement_grammar(pooled, postproc_set="llvm"), line + "\n")
+        pooled.fork().step(line)
+    # On a GPU the caches name its memories; on a CPU they do not.
+    assert admits(statement_grammar(live, postproc_set="cuda"),
+                  'set_scope pool_max 0 "shared"\n')
+    assert not admits(statement_grammar(live, postproc_set="llvm"),
+                      'set_scope pool_max 0 "shared"\n')
+
 def test_a_statement_left_to_the_whole_script_grammar_names_what_exists():
     """`blockize`, `tensorize`, `reindex` ... keep the whole-script grammar's syntax, but their
     first argument is a name in scope of their kind: with every block fetched the built-in

@@ -18,7 +18,8 @@ built here from that state.  It admits, in canonical layout:
   kernel into (``tile_lengths``; else 2 to 5), whose product is L's current extent, and
   never of a loop that a tile or split made (MetaSchedule never tiles a piece again);
 - buffer indices within the block's reads (``cache_read``) or writes (``cache_write``,
-  ``set_scope``);
+  ``set_scope``), and a storage scope of the target (``scopes_of``), never another string;
+- ``reorder`` without a loop right after itself (TVM refuses any repeat);
 - ``sample_categorical`` over the candidate lists MetaSchedule's rules offer for the workload
   and target, with an index inside the list, and ``annotate`` with the keys those rules write
   (``tiling_structure`` only on a block with loops: MultiLevelTiling reads it to tile one),
@@ -34,12 +35,13 @@ built here from that state.  It admits, in canonical layout:
   only: TVM refuses each of them on the root block; ``compute_inline`` and
   ``reverse_compute_inline`` only of a block TVM inlines now (``inline_ops``: never a
   reduction), ``compute_at`` and ``reverse_compute_at`` only to a loop above every consumer
-  (producer) of the block that is not its own, or a location drawn for it
-  (``move_targets``); ``rfactor`` only of a loop TVM factors (``rfactor_rank``).
+  (producer) of the block that is not its own, or a location drawn for it that TVM still
+  takes (``move_targets``); ``rfactor`` only of a loop TVM factors (``rfactor_rank``).
 
 Statements MetaSchedule rarely writes before ``postproc`` (``tensorize``, ``transform_layout``,
 ``reindex`` ...) start with a name in scope of the kind they take (``FALLBACK_OPS``) and keep
-the rest of their syntax from the whole-script grammar, which the sampler applies at
+the rest of their syntax from the whole-script grammar (but the one name a single-result
+statement binds is the encoder's, ``ONE_RESULT_OPS``), which the sampler applies at
 the same time (the general form ``@Kind(...)`` is not admitted: MetaSchedule's scripts need it
 only after ``postproc``, and arbitrary instructions can crash TVM in-process); their other
 names and meaning are checked when the statement is
@@ -57,7 +59,8 @@ from dragon_dsl.live import MOVE_OPS, LiveSchedule
 from dragon_dsl.live_view import LiveView
 from dragon_dsl.statements import annotation_key
 
-__all__ = ["FALLBACK_OPS", "GENERAL_KINDS", "THREAD_AXES", "statement_grammar"]
+__all__ = ["CPU_SCOPES", "FALLBACK_OPS", "GENERAL_KINDS", "GPU_SCOPES", "THREAD_AXES",
+           "scopes_of", "statement_grammar"]
 
 TILE_LENGTHS = (2, 3, 4, 5)
 SPLIT_LENGTHS = (2, 3, 4, 5)
@@ -78,6 +81,12 @@ FALLBACK_OPS = {"partitioned_tile": "loop", "sample_tile": "loop",
                 "write_at": "loop", "blockize": "loop", "tensorize": "any",
                 "storage_align": "block", "transform_layout": "block",
                 "transform_block_layout": "block", "output_blocks": "block"}
+# The single-result statements among them: the name they bind is written for the model.
+ONE_RESULT_OPS = ("merge", "add_unit_loop", "reindex", "read_at", "write_at", "blockize")
+CPU_SCOPES = ("global", "local")
+GPU_SCOPES = ("global", "shared", "shared.dyn", "local", "warp", "wmma.matrix_a",
+              "wmma.matrix_b", "wmma.accumulator", "m16n8k8.matrixA", "m16n8k8.matrixB",
+              "m16n8k8.matrixC")
 
 
 def _lit(text: str) -> str:
@@ -141,7 +150,8 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                       annotations: Sequence[str] = (),
                       annotation_values: dict[str, Sequence[str]] | None = None,
                       annotation_targets: dict[str, Sequence[str]] | None = None,
-                      tile_lengths: Mapping[str, Sequence[int]] | None = None) -> str:
+                      tile_lengths: Mapping[str, Sequence[int]] | None = None,
+                      storage_scopes: Sequence[str] | None = None) -> str:
     """One statement line (ending with ``\\n``) that may come next in ``live``'s script
     (a live schedule, or a ``LiveView`` of one held in another process).
 
@@ -156,6 +166,8 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     ``tile_lengths``: per loop name, the numbers of factors a ``tile`` of it may have
     (``constraints.tile_lengths``); a loop not named there takes any length named there;
     None: any of ``TILE_LENGTHS`` for every loop.
+    ``storage_scopes``: the scopes ``cache_read``, ``cache_write`` and ``set_scope`` may name;
+    None: ``scopes_of(postproc_set)``.
     """
     if live.postproc_set is not None:
         return 'start: ""'  # the script is complete: nothing may follow
@@ -223,7 +235,16 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
             r.stmt(f'"split " {_alts(_lit(lp) for lp in group)} " [" {items} "]" '
                    f'{_split_options()} {_names_after(names)}')
         r.stmt(f'"fuse " {lref} (" " {lref})* (" preserve_unit_iters=" BOOL)? {one("fuse")}')
-        r.stmt(f'"reorder " {lref} (" " {lref})+')
+        # TVM refuses a loop twice; the pooling samples spent retries on `reorder l1 l1`.  No
+        # loop right after itself (a rule per loop, after which any other loop may come): any
+        # repeat at all needs the subsets of loops as states (llguidance's regex intersection
+        # of one negation per loop ran out of fuel on twelve loops).
+        for i in range(len(loops)):
+            r.add(f"ro{i}", _alts(f"{_lit(other)} (\" \" ro{j})?"
+                                  for j, other in enumerate(loops) if j != i))
+        firsts = [f'{_lit(lp + " ")} ro{i}' for i, lp in enumerate(loops) if len(loops) > 1]
+        if firsts:
+            r.stmt(f'"reorder " {_alts(firsts)}')
         r.stmt(f'("parallel " | "vectorize " | "unroll ") {lref}')
         r.stmt(f'"bind " {lref} " " {_alts(_lit(json.dumps(a)) for a in THREAD_AXES)}')
     if anyref:
@@ -285,15 +306,17 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                f'{one("sample_compute_location")}')
     if bref:
         consumers = f'(" consumers=[" {bref} (", " {bref})* "]")?'
+        scope = r.add("scope", _alts(_lit(json.dumps(sc)) for sc in (
+            storage_scopes if storage_scopes is not None else scopes_of(postproc_set))))
         for b in blocks:
             reads, writes = live.buffers(b)
             for op, count in (("cache_read", reads), ("cache_write", writes)):
                 if count:
                     r.stmt(f'{_lit(f"{op} {b} ")} {_alts(_lit(str(i)) for i in range(count))} '
-                           f'" " STRING {consumers} {one(op)}')
+                           f'" " {scope} {consumers} {one(op)}')
             if writes:
                 r.stmt(f'{_lit(f"set_scope {b} ")} '
-                       f'{_alts(_lit(str(i)) for i in range(writes))} " " STRING')
+                       f'{_alts(_lit(str(i)) for i in range(writes))} " " {scope}')
     # sample_categorical
     name = one("sample_categorical")
     if categorical:
@@ -307,7 +330,15 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     r.add("REST", r"/[^\n]*/")
     refs = {"loop": lref, "block": bref, "any": anyref}
     for op, kind in FALLBACK_OPS.items():
-        if refs[kind]:
+        if not refs[kind]:
+            continue
+        if op in ONE_RESULT_OPS:
+            # the one name it binds is the encoder's (a model that wrote `-> b1`, a name already
+            # bound, was refused): the rest of the line is one lexeme ending with it
+            tail = r.add(f"TAIL_{op.upper()}", f"/( [^\\n]*)?{_regex_text(one(op))}/ "
+                                               "& ~/.*->.*->.*/")
+            r.stmt(f'{_lit(op + " ")} {refs[kind]} {tail}')
+        else:
             r.stmt(f'{_lit(op + " ")} {refs[kind]} (" " REST)?')
     r.stmt(_alts(_lit(f"@{k}(") for k in GENERAL_KINDS) + " REST")
     if live.changes:
@@ -320,6 +351,22 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     lines = ['start: stmt "\\n"', f"stmt: {body}"]
     lines += [f"{k}: {v}" for k, v in r.rules.items()]
     return "\n".join(lines) + "\n"
+
+
+def scopes_of(postproc_set: str) -> tuple[str, ...]:
+    """The storage scopes a cache or ``set_scope`` may name for a target's postprocessor set:
+    TVM refuses a string that is not a scope (the pooling samples wrote buffer names there),
+    and a CPU has no shared or tensor-core memory (MetaSchedule's llvm scripts name only
+    ``global``)."""
+    return CPU_SCOPES if postproc_set == "llvm" else GPU_SCOPES
+
+
+def _regex_text(text: str) -> str:
+    """``text`` (a JSON string literal, or a bare name) as a literal inside ``/.../``."""
+    if text.startswith('"'):
+        text = json.loads(text)
+    return "".join(c if c.isalnum() or c == "_" else f"\\{c}" if c in ".^$|?*+()[]{}\\/-"
+                   else c for c in text)
 
 
 def _names_after(names: Sequence[str]) -> str:
