@@ -378,6 +378,19 @@ class LiveSchedule:
                 out.setdefault(name, []).append(key)
         return out
 
+    def annotations_on(self) -> dict[str, list[str]]:
+        """Block or loop in scope -> the annotation keys (TVM's) it carries now, from this
+        script or the workload: what ``unannotate`` may take off (TVM refuses any other)."""
+        out: dict[str, list[str]] = {}
+        for name in self.names("block") + self.names("loop"):
+            try:
+                keys = list(self.sch.get(self.rvs[name]).annotations.keys())
+            except Exception:  # noqa: BLE001  a location mark
+                continue
+            if keys:
+                out[name] = [str(k) for k in keys]
+        return out
+
     def bound_blocks(self) -> list[str]:
         """The blocks a live name already holds.  ``block "NAME"`` for one of them binds a
         second name to the same block and changes nothing; MetaSchedule's scripts never write

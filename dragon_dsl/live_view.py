@@ -50,6 +50,7 @@ class LiveView:
     bound: list[str] = field(default_factory=list)   # ``bound_blocks()``
     piece_names: list[str] = field(default_factory=list)  # ``pieces()``
     annotated_keys: dict[str, list[str]] = field(default_factory=dict)  # ``annotated()``
+    annotations_now: dict[str, list[str]] = field(default_factory=dict)  # ``annotations_on()``
     # block under loops -> ``inline_ops``; -> op -> ``move_targets``
     inline_ops_of: dict[str, list[str]] = field(default_factory=dict)
     move_targets_of: dict[str, dict[str, list[str]]] = field(default_factory=dict)
@@ -87,6 +88,7 @@ class LiveView:
                                         for b in movable},
                        blocks=live.block_names(), bound=live.bound_blocks(),
                        piece_names=live.pieces(), annotated_keys=live.annotated(),
+                       annotations_now=live.annotations_on(),
                        loops_of=loops_of, related_of=related,
                        buffers_of={b: live.buffers(b) for b in blocks},
                        extents={lp: live.extent(lp) for lp in loops},
@@ -134,6 +136,9 @@ class LiveView:
 
     def annotated(self) -> dict[str, list[str]]:
         return {n: list(keys) for n, keys in self.annotated_keys.items()}
+
+    def annotations_on(self) -> dict[str, list[str]]:
+        return {n: list(keys) for n, keys in self.annotations_now.items()}
 
     def loops(self, block: str) -> list[Loop]:
         return list(self.loops_of[block])

@@ -194,7 +194,8 @@ def test_a_block_is_inlined_or_moved_only_where_tvm_takes_it():
 def test_statements_tvm_refuses_for_their_shape_are_not_admitted():
     """What the held-out pooling samples were still refused on after the moves: `reorder` of
     one loop twice, a buffer's name as a storage scope, `blockize` binding a name already
-    bound, `compute_at` to a drawn location TVM no longer takes.  Each line the grammar turns
+    bound, `compute_at` to a drawn location TVM no longer takes, `unannotate` of a key the
+    loop does not carry.  Each line the grammar turns
     away, TVM refuses too (applied to a fork), and its well-formed neighbour is admitted."""
     wl = workload("pool2d(c=16,h=16,w=16,k=3,stride=2,pad=1)")
     live = LiveSchedule(wl, "llvm")
@@ -217,9 +218,12 @@ def test_statements_tvm_refuses_for_their_shape_are_not_admitted():
 
     refused = [f"reorder {l1} {l1}", f"reorder {l3} {l1} {l1}",
                'cache_write pool_max 0 "pad_temp"', 'cache_read pool_max 0 "X_1"',
-               f"blockize {inner} -> pad_temp", f"compute_at pad_temp {drawn}"]
+               f"blockize {inner} -> pad_temp", f"compute_at pad_temp {drawn}",
+               f"unannotate {l3} random_compute_producer"]
+    live.step(f"annotate {l1} random_compute_producer=1")
     admitted = [f"reorder {l3} {l1}", 'cache_write pool_max 0 "global" -> '
-                + live.expected_results("cache_write")[0], f"blockize {inner} -> {block}"]
+                + live.expected_results("cache_write")[0], f"blockize {inner} -> {block}",
+                f"unannotate {l1} random_compute_producer"]
     for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
         lark = statement_grammar(state, postproc_set="llvm")
         for line in refused:

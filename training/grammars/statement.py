@@ -25,7 +25,8 @@ built here from that state.  It admits, in canonical layout:
   (``tiling_structure`` only on a block with loops: MultiLevelTiling reads it to tile one),
   never on a name that this script already annotated with that key (``unannotate`` frees it):
   the RL model padded its scripts with ``annotate root parallel=32`` again and again, and no
-  MetaSchedule script annotates one name with one key twice;
+  MetaSchedule script annotates one name with one key twice; ``unannotate`` only of a key the
+  name carries now (``annotations_on``: TVM refuses any other);
 - ``postproc auto SET`` for the target's postprocessor set, only as the last statement and
   only once a statement changed the kernel (``LiveSchedule.changes``: not a fetch or a draw
   alone); a script of ``block`` lines and ``postproc`` is the unscheduled kernel, which
@@ -57,6 +58,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from dragon_dsl.live import MOVE_OPS, LiveSchedule
 from dragon_dsl.live_view import LiveView
+from dragon_dsl.printer import annotation_key_text
 from dragon_dsl.statements import annotation_key
 
 __all__ = ["CPU_SCOPES", "FALLBACK_OPS", "GENERAL_KINDS", "GPU_SCOPES", "THREAD_AXES",
@@ -275,7 +277,10 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                     r.stmt(f'"annotate " {on} {_lit(" " + k + "=")} {_alts(options)}')
         else:
             r.stmt(f'"annotate " {anyref} " " {key} "=" {value}')
-        r.stmt(f'"unannotate " {anyref} " " {key}')
+    # `unannotate` only of a key the name carries now (TVM refuses any other; a pooling
+    # sample took `random_compute_producer` off a loop that never had it)
+    for n, keys in live.annotations_on().items():
+        r.stmt(f'{_lit(f"unannotate {n} ")} {_alts(_lit(annotation_key_text(k)) for k in keys)}')
     mref = r.add("mref", _alts(_lit(b) for b in movable)) if movable else None
     # Moves and inlines TVM takes: a block goes under a loop above all its consumers
     # (producers), or to a location drawn for it; inlined only where TVM inlines it (never a
