@@ -5,6 +5,8 @@ match a clean forward pass despite the rolled-back tokens."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import llguidance
 import pytest
 import torch
@@ -145,17 +147,32 @@ def test_statements_that_change_nothing_metaschedule_never_writes_are_refused():
     assert not admits(lark, "compute_inline C\n")  # a reduction, and the kernel's output
 
 
+def fetched(spec: str, blocks: Sequence[str]) -> LiveSchedule:
+    """A live llvm schedule of ``spec`` with ``blocks`` fetched under their own names, then
+    their loops bound."""
+    live = LiveSchedule(workload(spec), "llvm")
+    for b in blocks:
+        live.step(f'block "{b}" -> {b}')
+    for b in blocks:
+        live.step(f"loops {b} -> " + ", ".join(live.expected_results("loops", b)))
+    return live
+
+
+def applies(live: LiveSchedule, line: str) -> bool:
+    """Whether TVM applies ``line`` to a fork of ``live`` (``live`` is left as it is)."""
+    try:
+        live.fork().step(line)
+    except dragon_dsl.DragonError:
+        return False
+    return True
+
+
 def test_a_block_is_inlined_or_moved_only_where_tvm_takes_it():
     """The held-out pooling kernels' samples spent their retries on `compute_inline` of the
     pooling reduction and on moving the padding under its own loops; TVM refuses both.  The
     padding inlines, and moves under the pooling's loops; the pooling block (the output) moves
     nowhere: not forward (an output), not back under the padding (its strided window)."""
-    wl = workload("pool2d(c=16,h=16,w=16,k=3,stride=2,pad=1)")
-    live = LiveSchedule(wl, "llvm")
-    for line in ['block "pad_temp" -> pad_temp', 'block "pool_max" -> pool_max']:
-        live.step(line)
-    for b in ("pad_temp", "pool_max"):
-        live.step(f"loops {b} -> " + ", ".join(live.expected_results("loops", b)))
+    live = fetched("pool2d(c=16,h=16,w=16,k=3,stride=2,pad=1)", ("pad_temp", "pool_max"))
     pad_loops = [lp.name for lp in live.loops("pad_temp")]
     own = live.names("loop")[:len(pad_loops)]
     pool = live.names("loop")[len(pad_loops):]
@@ -177,13 +194,8 @@ def test_a_block_is_inlined_or_moved_only_where_tvm_takes_it():
     verdicts = []
     for lp in pool:
         line = f"rfactor {lp} 0 -> " + ", ".join(live.expected_results("rfactor"))
-        try:
-            live.fork().step(line)
-            applies = True
-        except dragon_dsl.DragonError:
-            applies = False
-        assert admits(lark, line + "\n") == applies, line
-        verdicts.append(applies)
+        verdicts.append(applies(live, line))
+        assert admits(lark, line + "\n") == verdicts[-1], line
     assert not verdicts[0] and any(verdicts), verdicts
     # What the grammar admits TVM applies, and the inlined padding is gone from scope.
     live.fork().step(f"compute_at pad_temp {pool[-1]}")
@@ -195,26 +207,14 @@ def test_statements_tvm_refuses_for_their_shape_are_not_admitted():
     """What the held-out pooling samples were still refused on after the moves: `reorder` of
     one loop twice, a buffer's name as a storage scope, `blockize` binding a name already
     bound, `compute_at` to a drawn location TVM no longer takes, `unannotate` of a key the
-    loop does not carry.  Each line the grammar turns
-    away, TVM refuses too (applied to a fork), and its well-formed neighbour is admitted."""
-    wl = workload("pool2d(c=16,h=16,w=16,k=3,stride=2,pad=1)")
-    live = LiveSchedule(wl, "llvm")
-    for line in ['block "pad_temp" -> pad_temp', 'block "pool_max" -> pool_max']:
-        live.step(line)
-    for b in ("pad_temp", "pool_max"):
-        live.step(f"loops {b} -> " + ", ".join(live.expected_results("loops", b)))
+    loop does not carry.  Each line the grammar turns away, TVM refuses too (applied to a
+    fork), and its well-formed neighbour is admitted."""
+    live = fetched("pool2d(c=16,h=16,w=16,k=3,stride=2,pad=1)", ("pad_temp", "pool_max"))
     drawn = live.expected_results("sample_compute_location")[0]
     live.step(f"sample_compute_location pad_temp 2 -> {drawn}")  # the pooling's third loop
     l1, l3 = live.names("loop")[5], live.names("loop")[7]
     live.step(f"compute_at pad_temp {l3}")  # deeper than the drawn loop: it is out of reach
     block, inner = live.expected_results("blockize")[0], live.names("loop")[-1]
-
-    def applies(line: str) -> bool:
-        try:
-            live.fork().step(line)
-        except dragon_dsl.DragonError:
-            return False
-        return True
 
     refused = [f"reorder {l1} {l1}", f"reorder {l3} {l1} {l1}",
                'cache_write pool_max 0 "pad_temp"', 'cache_read pool_max 0 "X_1"',
@@ -227,17 +227,13 @@ def test_statements_tvm_refuses_for_their_shape_are_not_admitted():
     for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
         lark = statement_grammar(state, postproc_set="llvm")
         for line in refused:
-            assert not admits(lark, line + "\n") and not applies(line), line
+            assert not admits(lark, line + "\n") and not applies(live, line), line
         for line in admitted:
-            assert admits(lark, line + "\n") and applies(line), line
+            assert admits(lark, line + "\n") and applies(live, line), line
     # The root and inline marks drawn for a reduction: TVM takes `compute_at` to either (it
     # leaves the block where it is), and so does the grammar (a copy of the schedule, where
     # the moves are tried, holds no mark).
-    wl = workload("pool2d(c=64,h=9,w=9,kind=global,layout=NHWC)")
-    pooled = LiveSchedule(wl, "llvm")
-    pooled.step('block "adaptive_pool_sum" -> adaptive_pool_sum')
-    pooled.step("loops adaptive_pool_sum -> " + ", ".join(
-        pooled.expected_results("loops", "adaptive_pool_sum")))
+    pooled = fetched("pool2d(c=64,h=9,w=9,kind=global,layout=NHWC)", ("adaptive_pool_sum",))
     for decision in (-2, -1):
         mark = pooled.expected_results("sample_compute_location")[0]
         pooled.step(f"sample_compute_location adaptive_pool_sum {decision} -> {mark}")
@@ -249,6 +245,7 @@ def test_statements_tvm_refuses_for_their_shape_are_not_admitted():
                   'set_scope pool_max 0 "shared"\n')
     assert not admits(statement_grammar(live, postproc_set="llvm"),
                       'set_scope pool_max 0 "shared"\n')
+
 
 def test_a_statement_left_to_the_whole_script_grammar_names_what_exists():
     """`blockize`, `tensorize`, `reindex` ... keep the whole-script grammar's syntax, but their
