@@ -203,6 +203,28 @@ def test_a_block_is_inlined_or_moved_only_where_tvm_takes_it():
     assert "pad_temp" not in live.names("block") and live.inline_ops("pool_max") == []
 
 
+def test_no_reduction_is_decomposed_before_postproc():
+    """An untrained conv2d sample of the 1,000-sample test parallelized the root, then
+    decomposed the reduction at its third loop: TVM applies both, and then the closing
+    `postproc auto` refuses (RewriteParallelVectorizeUnroll), so the sample failed at its
+    end.  `postproc auto` decomposes every reduction itself and MetaSchedule's scripts never
+    write `decompose_reduction` before it; neither may the sampler."""
+    live = fetched("conv2d(h=14,w=14,ci=16,co=16)", ("conv2d_nhwc",))
+    root = live.expected_results("block", "root")[0]
+    live.step(f'block "root" -> {root}')
+    live.step(f"annotate {root} parallel=32")
+    xx = live.names("loop")[2]
+    line = f"decompose_reduction conv2d_nhwc {xx} -> " + \
+        live.expected_results("decompose_reduction")[0]
+    decomposed = live.fork()
+    decomposed.step(line)  # TVM takes it ...
+    with pytest.raises(dragon_dsl.DragonError, match="RewriteParallelVectorizeUnroll"):
+        decomposed.step("postproc auto llvm")  # ... and the script can no longer end
+    for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
+        assert not admits(statement_grammar(state, postproc_set="llvm"), line + "\n")
+    live.step("postproc auto llvm")
+
+
 def test_statements_tvm_refuses_for_their_shape_are_not_admitted():
     """What the held-out pooling samples were still refused on after the moves: `reorder` of
     one loop twice, a buffer's name as a storage scope, `blockize` binding a name already
@@ -507,7 +529,9 @@ def test_thousand_untrained_samples_end_parse_and_apply(model, tokenizer, record
     failed = collections.Counter((s.finish_reason, s.parses, s.applies, s.error[:60])
                                  for s in out if not (s.finish_reason == "end" and s.parses
                                                       and s.applies))
-    assert not failed, failed.most_common(5)
+    first = next((s for s in out if not (s.finish_reason == "end" and s.parses and s.applies)),
+                 None)
+    assert not failed, (failed.most_common(5), first.error, first.text)
 
 
 def test_the_independent_apply_check_refuses_what_tvm_refuses():

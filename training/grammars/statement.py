@@ -292,8 +292,10 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
             places = live.move_targets(op, b)
             if places:
                 r.stmt(f'{_lit(f"{op} {b} ")} {_alts(_lit(p) for p in places)} {at_options}')
-    if bref and lref:
-        r.stmt(f'"decompose_reduction " {bref} " " {lref} {one("decompose_reduction")}')
+    # No `decompose_reduction`: `postproc auto` decomposes every reduction itself
+    # (RewriteReductionBlock), MetaSchedule's scripts never write it before, and a reduction
+    # decomposed earlier can leave RewriteParallelVectorizeUnroll refusing the closing
+    # `postproc` (a conv2d sample of the 1,000-sample test: parallel root, decomposed at `xx`).
     if lref:
         # factor_axis within the rank of what the loop's blocks write: TVM 0.27 crashes the
         # process (a segfault in RFactor) on an axis out of range, and the sampler applies
