@@ -30,10 +30,12 @@ from .statements import INSPECTING_OPS
 from .tvm_bridge import OUTPUT_TYPES, Inst, value_to_tvm
 from .tvm_support import as_module, schedule_of, tvm_message
 
-__all__ = ["MOVE_OPS", "LiveSchedule", "Loop", "apply_script", "output_kind"]
+__all__ = ["DRAWING_OPS", "MOVE_OPS", "LiveSchedule", "Loop", "apply_script", "output_kind"]
 
 # The statements that move a block under a loop (``LiveSchedule.move_targets``).
 MOVE_OPS = ("compute_at", "reverse_compute_at")
+# Statements that draw what a later one uses: a value, a compute location.
+DRAWING_OPS = ("sample_categorical", "sample_compute_location")
 
 # The encoder's test for a workload loop name it keeps (``i``, ``co``, ``rh``).
 _SIMPLE = re.compile(r"[A-Za-z][A-Za-z0-9]{0,5}\Z")
@@ -86,6 +88,7 @@ class LiveSchedule:
         self._locations: dict[str, tuple[str, int]] = {}  # name -> (block, decision)
         self._pieces: set[str] = set()    # loops that a tile or split made
         self._annotated: set[tuple[str, str]] = set()  # (name, TVM key) the script annotated
+        self._drawn: str | None = None   # what the last statement drew (``just_drawn``)
         self._memo: dict[tuple, Any] = {}  # answers about the kernel, until a change
 
     # ---- stepping -------------------------------------------------------------------------
@@ -177,6 +180,7 @@ class LiveSchedule:
         if stmt.op == "sample_compute_location":
             block = stmt.args[0].name if isinstance(stmt.args[0], Ref) else str(stmt.args[0])
             self._locations.update({t: (block, int(stmt.args[1])) for t in stmt.targets})
+        self._drawn = stmt.targets[0] if stmt.op in DRAWING_OPS and stmt.targets else None
         if stmt.op == "postproc":
             self.in_postproc = True
             if stmt.args:
@@ -390,6 +394,12 @@ class LiveSchedule:
             if keys:
                 out[name] = [str(k) for k in keys]
         return out
+
+    def just_drawn(self) -> str | None:
+        """The value or location the last statement drew (``DRAWING_OPS``), else None.
+        MetaSchedule's scripts use each in the very next statement (an ``annotate`` of
+        ``unroll_explicit``, a ``compute_at``; all of the kept corpus' 31,730)."""
+        return self._drawn
 
     def bound_blocks(self) -> list[str]:
         """The blocks a live name already holds.  ``block "NAME"`` for one of them binds a

@@ -51,6 +51,7 @@ class LiveView:
     piece_names: list[str] = field(default_factory=list)  # ``pieces()``
     annotated_keys: dict[str, list[str]] = field(default_factory=dict)  # ``annotated()``
     annotations_now: dict[str, list[str]] = field(default_factory=dict)  # ``annotations_on()``
+    drawn: str | None = None                 # ``just_drawn()``
     # block under loops -> ``inline_ops``; -> op -> ``move_targets``
     inline_ops_of: dict[str, list[str]] = field(default_factory=dict)
     move_targets_of: dict[str, dict[str, list[str]]] = field(default_factory=dict)
@@ -88,7 +89,7 @@ class LiveView:
                                         for b in movable},
                        blocks=live.block_names(), bound=live.bound_blocks(),
                        piece_names=live.pieces(), annotated_keys=live.annotated(),
-                       annotations_now=live.annotations_on(),
+                       annotations_now=live.annotations_on(), drawn=live.just_drawn(),
                        loops_of=loops_of, related_of=related,
                        buffers_of={b: live.buffers(b) for b in blocks},
                        extents={lp: live.extent(lp) for lp in loops},
@@ -139,6 +140,9 @@ class LiveView:
 
     def annotations_on(self) -> dict[str, list[str]]:
         return {n: list(keys) for n, keys in self.annotations_now.items()}
+
+    def just_drawn(self) -> str | None:
+        return self.drawn
 
     def loops(self, block: str) -> list[Loop]:
         return list(self.loops_of[block])

@@ -128,8 +128,9 @@ def generate(model, tokenizer, config: ScheduleAwareConfig, n: int = 6, seed: in
 
 
 def test_isolated_sampling_writes_the_in_process_scripts(model, tokenizer, holders):
-    inside = generate(model, tokenizer, ScheduleAwareConfig(isolate=False))
-    isolated = generate(model, tokenizer, ScheduleAwareConfig(isolate=True))
+    # seed 7: refusals happen (6 of them; the narrower grammar left seed 5 with none)
+    inside = generate(model, tokenizer, ScheduleAwareConfig(isolate=False), seed=7)
+    isolated = generate(model, tokenizer, ScheduleAwareConfig(isolate=True), seed=7)
     assert sum(r.resampled for r in inside) > 0  # refusals happen, and must match too
     for a, b in zip(inside, isolated, strict=True):
         assert (a.text, a.tokens, a.resampled, a.applies, a.error, a.finish_reason) == \

@@ -20,7 +20,6 @@ from training.grammars.constraints import (
     annotation_keys,
     annotation_targets,
     annotation_values,
-    categorical_lists,
     expand_ranges,
     tile_lengths,
 )
@@ -49,6 +48,7 @@ def walk(spec: str, target: str, rules: str, n: int) -> int:
     """Each statement of ``n`` MetaSchedule scripts is admitted by the statement grammar of the
     state before it, then applies; returns the statements walked."""
     from codegen.targets import postproc_set
+    from training.grammars.constraints import narrowing
 
     wl = workload(spec)
     traces = sample_traces(wl.mod, target, rules, n, seed=3)
@@ -60,11 +60,7 @@ def walk(spec: str, target: str, rules: str, n: int) -> int:
         live = LiveSchedule(wl, target)
         for line in script.splitlines():
             lark = statement_grammar(live, postproc_set=postproc_set(rules),
-                                     categorical=categorical_lists(wl, target, rules) or (),
-                                     annotations=annotation_keys(wl, target, rules) or (),
-                                     annotation_values=annotation_values(wl, target, rules),
-                                     annotation_targets=annotation_targets(wl, target, rules),
-                                     tile_lengths=tile_lengths(wl, target, rules))
+                                     **narrowing(wl, target, rules))
             assert admits(lark, line + "\n"), f"{spec} {rules}: refused {line!r}\n{script}"
             live.step(line)
             walked += 1
@@ -73,22 +69,27 @@ def walk(spec: str, target: str, rules: str, n: int) -> int:
 
 
 def test_an_annotation_goes_only_on_what_metaschedule_puts_it_on():
-    """MetaSchedule annotates blocks with parallel, vectorize and unroll (its postprocessor
-    reads them there; on a loop they change nothing, and its MutateParallel crashes a search
-    seeded with such a script): the grammar admits them on blocks, not on loops."""
+    """MetaSchedule annotates the root block with parallel, vectorize and unroll (its
+    postprocessor reads them there; on a loop they change nothing, and its MutateParallel
+    crashes a search seeded with such a script; on another block the RL model's pooling
+    scripts put them beside blockizes): the grammar admits them on the root block only."""
     wl = workload("matmul(m=128,n=128,k=128)")
     live = LiveSchedule(wl, "llvm")
     for line in ['block "C" -> C', 'block "root" -> root', "loops C -> i, j, k"]:
         live.step(line)
     targets = annotation_targets(wl, "llvm", "llvm")
-    assert targets["parallel"] == targets["vectorize"] == ("block",)
+    assert targets["parallel"] == targets["vectorize"] == ("root",)
+    assert targets["tiling_structure"] == ("block",)
     values = annotation_values(wl, "llvm", "llvm")
     kwargs = dict(postproc_set="llvm", annotations=annotation_keys(wl, "llvm", "llvm"),
                   annotation_values=values)
     parallel = values["parallel"][0]
-    narrowed = statement_grammar(live, **kwargs, annotation_targets=targets)
-    assert admits(narrowed, f"annotate root parallel={parallel}\n")
-    assert not admits(narrowed, f"annotate i parallel={parallel}\n")
+    for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
+        narrowed = statement_grammar(state, **kwargs, annotation_targets=targets)
+        assert admits(narrowed, f"annotate root parallel={parallel}\n")
+        assert not admits(narrowed, f"annotate i parallel={parallel}\n")
+        assert not admits(narrowed, f"annotate C parallel={parallel}\n")
+        assert admits(narrowed, 'annotate C tiling_structure="SSRSRS"\n')
     assert admits(statement_grammar(live, **kwargs), f"annotate i parallel={parallel}\n")
 
 
@@ -201,6 +202,71 @@ def test_a_block_is_inlined_or_moved_only_where_tvm_takes_it():
     live.fork().step(f"compute_at pad_temp {pool[-1]}")
     live.step("compute_inline pad_temp")
     assert "pad_temp" not in live.names("block") and live.inline_ops("pool_max") == []
+
+
+def test_a_draw_is_used_next_and_only_metaschedules_statements_come():
+    """The RL model's pooling scripts drew values and locations it never used, moved a block
+    to one location three times, took `parallel` off the root to put it back, annotated
+    blockized blocks with it and blockized shapes TVM could not build: none of which
+    MetaSchedule's scripts do (the kept corpus' 16,630 scripts use every draw in the next
+    statement, annotate `parallel`, `vectorize` and `unroll_explicit` on the root only, take
+    off only `random_compute_producer` and `schedule_rule`, and never blockize)."""
+    from training.grammars.constraints import narrowing
+
+    wl = workload("matmul(m=128,n=128,k=128)")
+    narrow = narrowing(wl, "llvm")
+    assert "blockize" not in narrow["ops"] and "parallel" not in narrow["unannotate_keys"]
+    live = fetched("matmul(m=128,n=128,k=128)", ("C",))
+    live.step('block "root" -> root')
+    blockize = f"blockize k -> {live.expected_results('blockize')[0]}"
+    assert admits(statement_grammar(live, postproc_set="llvm"), blockize + "\n")
+    assert applies(live, blockize)
+    parallel = f"annotate root parallel={narrow['annotation_values']['parallel'][0]}"
+    values = narrow["categorical"][0]
+    draw = f"sample_categorical [{', '.join(map(str, values))}] 1 -> v0"
+    for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
+        lark = statement_grammar(state, postproc_set="llvm", **narrow)
+        assert not admits(lark, blockize + "\n")
+        assert admits(lark, parallel + "\n") and admits(lark, draw + "\n")
+    live.step(draw)
+    for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
+        lark = statement_grammar(state, postproc_set="llvm", **narrow)
+        assert admits(lark, "annotate root unroll_explicit=v0\n")
+        assert not admits(lark, parallel + "\n")
+    live.step("annotate root unroll_explicit=v0")
+    # nothing could use another draw now (the root holds its unroll_explicit)
+    again = draw.replace("-> v0", f"-> {live.expected_results('sample_categorical')[0]}")
+    assert not admits(statement_grammar(live, postproc_set="llvm", **narrow), again + "\n")
+    # Taken off: what MetaSchedule takes off (softmax's producers), never `parallel`.
+    softmax = workload("softmax(m=32,n=64)")
+    narrow = narrowing(softmax, "llvm")
+    live = fetched("softmax(m=32,n=64)", ("T_softmax_exp",))
+    for line in ('block "root" -> root', parallel,
+                 "annotate T_softmax_exp random_compute_producer=1"):
+        live.step(line)
+    lark = statement_grammar(live, postproc_set="llvm")
+    assert admits(lark, "unannotate root parallel\n")
+    lark = statement_grammar(live, postproc_set="llvm", **narrow)
+    assert not admits(lark, "unannotate root parallel\n")
+    assert admits(lark, "unannotate T_softmax_exp random_compute_producer\n")
+    # A drawn location: moved to right away, and never again.
+    pool = fetched("pool2d(c=16,h=16,w=16,k=3,stride=2,pad=1)", ("pad_temp", "pool_max"))
+    assert admits(statement_grammar(pool, postproc_set="llvm"), "compute_inline pad_temp\n")
+    drawn = pool.expected_results("sample_compute_location")[0]
+    pool.step(f"sample_compute_location pad_temp 2 -> {drawn}")
+    move = f"compute_at pad_temp {drawn}"
+    for state in (pool, LiveView.from_data(LiveView.of(pool).as_data())):
+        lark = statement_grammar(state, postproc_set="llvm")
+        assert admits(lark, move + "\n") and not admits(lark, "compute_inline pad_temp\n")
+    pool.step(move)
+    assert not admits(statement_grammar(pool, postproc_set="llvm"), move + "\n")
+    # The root mark: TVM takes the move to it again and again, and nothing changes.
+    mark = pool.expected_results("sample_compute_location")[0]
+    pool.step(f"sample_compute_location pad_temp -1 -> {mark}")
+    pool.step(f"compute_at pad_temp {mark}")
+    assert applies(pool, f"compute_at pad_temp {mark}")
+    assert not admits(statement_grammar(pool, postproc_set="llvm"),
+                      f"compute_at pad_temp {mark}\n")
 
 
 def test_no_reduction_is_decomposed_before_postproc():

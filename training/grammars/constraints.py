@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from codegen.search import search_space
 from codegen.targets import default_rules
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from codegen.workloads.workload import WorkloadLike
 
 __all__ = ["MAX_FACTORS", "annotation_keys", "annotation_targets", "annotation_values",
-           "categorical_lists", "tile_lengths",
-           "expand_ranges", "kernel_loops", "sampling_grammar", "with_end_marker",
+           "categorical_lists", "expand_ranges", "kernel_loops", "narrowing", "sampling_grammar",
+           "script_ops", "tile_lengths", "unannotate_keys", "with_end_marker",
            "workload_grammar"]
 
 TILE_LENGTHS = (2, 3, 4, 5)
@@ -154,15 +154,37 @@ def annotation_targets(workload: WorkloadLike, target: TargetLike = "llvm",
 
 
 def _annotation_targets(space) -> dict[str, tuple[str, ...]]:
+    """``"root"`` for the root block (where ParallelizeVectorizeUnroll puts its keys)."""
     from tvm.s_tir.schedule import LoopRV
 
     found: dict[str, list[str]] = {}
     for design in space.spaces:
+        roots: list = []
         for inst in design.trace.insts:
+            if inst.kind.name == "GetSBlock" and str(inst.attrs[0]) == "root":
+                roots.extend(inst.outputs)
             if inst.kind.name in ("Annotate", "Unannotate"):
-                kind = "loop" if isinstance(inst.inputs[0], LoopRV) else "block"
+                rv = inst.inputs[0]
+                kind = ("loop" if isinstance(rv, LoopRV)
+                        else "root" if any(rv.same_as(root) for root in roots) else "block")
                 found.setdefault(annotation_key_text(str(inst.attrs[0])), []).append(kind)
     return {k: tuple(sorted(set(v))) for k, v in found.items()}
+
+
+def narrowing(workload: WorkloadLike, target: TargetLike = "llvm",
+              rules: str | None = None) -> dict[str, Any]:
+    """``statement_grammar``'s keyword arguments that narrow a script for ``workload`` on
+    ``target`` to what MetaSchedule's rules write: the candidate lists, annotation keys,
+    values and targets, tile lengths, statements and keys taken off.  Each is left out
+    (narrows nothing) when no design space can be generated."""
+    rules = rules or default_rules(target)
+    return {"categorical": categorical_lists(workload, target, rules) or (),
+            "annotations": annotation_keys(workload, target, rules) or (),
+            "annotation_values": annotation_values(workload, target, rules),
+            "annotation_targets": annotation_targets(workload, target, rules),
+            "tile_lengths": tile_lengths(workload, target, rules),
+            "ops": script_ops(workload, target, rules),
+            "unannotate_keys": unannotate_keys(workload, target, rules)}
 
 
 def tile_lengths(workload: WorkloadLike, target: TargetLike = "llvm",
@@ -185,29 +207,63 @@ def tile_lengths(workload: WorkloadLike, target: TargetLike = "llvm",
         space = search_space(workload.mod, target, rules)
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
         return None
-    # Keyed by the loops' names too: spaces are shared by structure, and names are not structure.
-    names = ",".join(sorted(kernel_loops(workload)[1]))
-    found = space.derived(f"tile_lengths {names}", lambda s: _tile_lengths(s, workload, rules))
-    return dict(found) if found is not None else None
-
-
-def _tile_lengths(space, workload: WorkloadLike, rules: str) -> dict[str, tuple[int, ...]] | None:
-    """Written once per space: writing every design space as a script is not cheap."""
-    import dragon_dsl
-    from codegen.targets import postproc_set
-
     found: dict[str, set[int]] = {}
-    for design in space.spaces:
-        try:
-            script = dragon_dsl.from_trace(design.trace, postproc="auto",
-                                           postproc_set=postproc_set(rules), workload=workload)
-        except dragon_dsl.DragonError:  # a design the language cannot write: it narrows nothing
-            continue
+    for script in _design_scripts(space, workload, rules):
         for line in script.splitlines():
             if line.startswith("tile "):
                 loop, factors = line.split()[1], line[line.index("[") + 1:line.index("]")]
                 found.setdefault(loop, set()).add(factors.count(",") + 1)
     return {loop: tuple(sorted(n)) for loop, n in found.items()} or None
+
+
+def script_ops(workload: WorkloadLike, target: TargetLike = "llvm",
+               rules: str | None = None) -> tuple[str, ...] | None:
+    """The statements MetaSchedule's rules write for ``workload`` on ``target`` before
+    ``postproc`` (each line's first word; ``@Kind`` for a general form), read from the design
+    spaces written as scripts: its evolutionary search changes their decisions, never their
+    instructions.  None when no design space can be generated.  Schedule-aware sampling writes
+    only these: none of the kept llvm corpus' scripts has a ``blockize``, and the RL model
+    blockized pooling kernels into shapes TVM then could not build.
+
+    >>> from codegen.workloads import workload
+    >>> "tile" in script_ops(workload("matmul(m=16,n=16,k=16)"))
+    True
+    >>> "blockize" in script_ops(workload("matmul(m=16,n=16,k=16)"))
+    False
+    """
+    rules = rules or default_rules(target)
+    try:
+        space = search_space(workload.mod, target, rules)
+    except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
+        return None
+    scripts = _design_scripts(space, workload, rules)
+    if not scripts:
+        return None
+    ops = [line.split("(")[0] if line.startswith("@") else line.split()[0]
+           for script in scripts for line in script.split("postproc auto")[0].splitlines()]
+    return tuple(dict.fromkeys(ops))
+
+
+def _design_scripts(space, workload: WorkloadLike, rules: str) -> tuple[str, ...]:
+    """The design spaces written as scripts, once per space and naming of its loops (writing
+    them is not cheap); a design the language cannot write is left out."""
+    import dragon_dsl
+    from codegen.targets import postproc_set
+
+    def write(space) -> tuple[str, ...]:
+        scripts = []
+        for design in space.spaces:
+            try:
+                scripts.append(dragon_dsl.from_trace(design.trace, postproc="auto",
+                                                     postproc_set=postproc_set(rules),
+                                                     workload=workload))
+            except dragon_dsl.DragonError:
+                continue
+        return tuple(scripts)
+
+    # Keyed by the loops' names too: spaces are shared by structure, and names are not structure.
+    names = ",".join(sorted(kernel_loops(workload)[1]))
+    return space.derived(f"scripts {names}", write)
 
 
 def annotation_keys(workload: WorkloadLike, target: TargetLike = "llvm",
@@ -226,6 +282,26 @@ def annotation_keys(workload: WorkloadLike, target: TargetLike = "llvm",
     except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
         return None
     return space.derived("annotation_keys", _annotation_keys)
+
+
+def unannotate_keys(workload: WorkloadLike, target: TargetLike = "llvm",
+                    rules: str | None = None) -> tuple[str, ...] | None:
+    """The annotation keys MetaSchedule's rules take off for ``workload`` on ``target``
+    (``Unannotate`` in the design spaces: ``random_compute_producer``, a block's
+    ``schedule_rule``); never ``parallel``, which the RL model took off the root to put it
+    back.  None when no design space can be generated.
+
+    >>> from codegen.workloads import workload
+    >>> unannotate_keys(workload("softmax(m=32,n=64)"))
+    ('random_compute_producer',)
+    """
+    try:
+        space = search_space(workload.mod, target, rules or default_rules(target))
+    except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
+        return None
+    return space.derived("unannotate_keys", lambda space: tuple(dict.fromkeys(
+        annotation_key_text(str(inst.attrs[0])) for design in space.spaces
+        for inst in design.trace.insts if inst.kind.name == "Unannotate")))
 
 
 def _annotation_keys(space) -> tuple[str, ...]:

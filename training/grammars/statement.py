@@ -27,6 +27,12 @@ built here from that state.  It admits, in canonical layout:
   the RL model padded its scripts with ``annotate root parallel=32`` again and again, and no
   MetaSchedule script annotates one name with one key twice; ``unannotate`` only of a key the
   name carries now (``annotations_on``: TVM refuses any other);
+- only the statements MetaSchedule's design spaces for the workload write (``ops``,
+  ``constraints.script_ops``: never ``blockize`` on llvm), ``parallel``, ``vectorize`` and
+  ``unroll_explicit`` on the root block only, ``unannotate`` only of the keys MetaSchedule
+  takes off (``random_compute_producer``, ``schedule_rule``), and a value or location just
+  drawn used by the very next statement (a location never again): the RL model padded its
+  pooling scripts with each;
 - ``postproc auto SET`` for the target's postprocessor set, only as the last statement and
   only once a statement changed the kernel (``LiveSchedule.changes``: not a fetch or a draw
   alone); a script of ``block`` lines and ``postproc`` is the unscheduled kernel, which
@@ -55,6 +61,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from dragon_dsl.live import MOVE_OPS, LiveSchedule
 from dragon_dsl.live_view import LiveView
@@ -101,16 +108,18 @@ def _alts(items: Iterable[str]) -> str:
 
 
 class _Rules:
-    def __init__(self) -> None:
+    def __init__(self, ops: Iterable[str] | None = None) -> None:
         self.rules: dict[str, str] = {}
         self.stmts: list[str] = []
+        self.ops = None if ops is None else {*ops, "postproc"}
 
     def add(self, name: str, body: str) -> str:
         self.rules.setdefault(name, body)
         return name
 
-    def stmt(self, body: str) -> None:
-        if body:
+    def stmt(self, op: str, body: str) -> None:
+        """A statement of ``op`` (skipped when ``op`` is not among the ops admitted)."""
+        if body and (self.ops is None or op in self.ops):
             self.stmts.append(body)
 
 
@@ -136,15 +145,18 @@ def _names(names: Sequence[str]) -> str:
     return _lit(", ".join(names))
 
 
-def _annotated(key: str, targets: dict[str, Sequence[str]] | None, bref: str | None,
-               lref: str | None, anyref: str) -> str | None:
-    """The names ``annotate`` may put ``key`` on: blocks, loops, or either."""
+def _annotated(key: str, targets: dict[str, Sequence[str]] | None, refs: dict[str, Any]
+               ) -> tuple[str | None, list[str]]:
+    """The rule and names ``annotate`` may put ``key`` on: the root block, blocks, loops, or
+    either (``refs``: kind -> (rule, names))."""
     kinds = set((targets or {}).get(key, ("block", "loop")))
-    if kinds == {"block"}:
-        return bref
+    if kinds == {"root"}:
+        return refs["root"]
+    if kinds <= {"block", "root"}:
+        return refs["block"]
     if kinds == {"loop"}:
-        return lref
-    return anyref
+        return refs["loop"]
+    return refs["any"]
 
 
 def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
@@ -153,7 +165,9 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                       annotation_values: dict[str, Sequence[str]] | None = None,
                       annotation_targets: dict[str, Sequence[str]] | None = None,
                       tile_lengths: Mapping[str, Sequence[int]] | None = None,
-                      storage_scopes: Sequence[str] | None = None) -> str:
+                      storage_scopes: Sequence[str] | None = None,
+                      ops: Iterable[str] | None = None,
+                      unannotate_keys: Sequence[str] | None = None) -> str:
     """One statement line (ending with ``\\n``) that may come next in ``live``'s script
     (a live schedule, or a ``LiveView`` of one held in another process).
 
@@ -163,17 +177,30 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     ``annotations``: the keys ``annotate`` may write (``constraints.annotation_keys``);
     empty: any key.  ``annotation_values``: per key, the values it may take
     (``training.grammars.constraints.annotation_values``; ``var`` is any variable in scope).
-    ``annotation_targets``: per key, what it may annotate, ``"block"`` and/or ``"loop"``
-    (``constraints.annotation_targets``); a key not there may annotate either.
+    ``annotation_targets``: per key, what it may annotate, ``"root"`` (the root block),
+    ``"block"`` and/or ``"loop"`` (``constraints.annotation_targets``); a key not there may
+    annotate either.
     ``tile_lengths``: per loop name, the numbers of factors a ``tile`` of it may have
     (``constraints.tile_lengths``); a loop not named there takes any length named there;
     None: any of ``TILE_LENGTHS`` for every loop.
     ``storage_scopes``: the scopes ``cache_read``, ``cache_write`` and ``set_scope`` may name;
     None: ``scopes_of(postproc_set)``.
+    ``ops``: the statements (their first word; ``@Kind`` for a general form) that may come,
+    ``constraints.script_ops``; None: any.  ``unannotate_keys``: the keys ``unannotate`` may
+    take off (``constraints.unannotate_keys``); None: any the name carries.
+
+    A location the last statement drew (``sample_compute_location``) is used by this one, as
+    MetaSchedule's scripts always do (the RL model drew locations it never used, and moved
+    blocks to old ones again), when TVM takes the move; so is a value drawn
+    (``sample_categorical``) where only an annotation can use it (no ``split`` admitted:
+    MetaSchedule's GPU scripts fetch loops before splitting by it), and a value is drawn only
+    where a statement could use it.
     """
     if live.postproc_set is not None:
         return 'start: ""'  # the script is complete: nothing may follow
-    r = _Rules()
+    r = _Rules(ops)
+    drawn = live.just_drawn()
+    uses: list[tuple[str, str]] = []  # the statements that use ``drawn``
     blocks, loops, variables = live.names("block"), live.names("loop"), live.names("var")
     bref = r.add("bref", _alts(_lit(b) for b in blocks)) if blocks else None
     lref = r.add("lref", _alts(_lit(lp) for lp in loops)) if loops else None
@@ -196,19 +223,19 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     bound = set(live.bound_blocks())  # fetching a block again changes nothing
     unbound = [b for b in live.block_names() if b not in bound]
     if unbound:
-        r.stmt(_alts(f'{_lit(f"block {json.dumps(b)} -> ")} '
+        r.stmt("block", _alts(f'{_lit(f"block {json.dumps(b)} -> ")} '
                      f'{_lit(live.expected_results("block", b)[0])}' for b in unbound))
     for b in blocks:
         loop_names = live.expected_results("loops", b)
         if loop_names:  # `loops B` of a block without loops binds nothing and changes nothing
-            r.stmt(_lit(f"loops {b} -> " + ", ".join(loop_names)))
+            r.stmt("loops", _lit(f"loops {b} -> " + ", ".join(loop_names)))
         for op in ("consumers", "producers", "children"):
             try:
                 n = len(live.related(op, b))
             except Exception:  # noqa: BLE001  e.g. producers of the root block
                 continue
             names = live.expected_results(op, b, n)
-            r.stmt(_lit(f"{op} {b}" + (" -> " + ", ".join(names) if names else "")))
+            r.stmt(op, _lit(f"{op} {b}" + (" -> " + ", ".join(names) if names else "")))
 
     # Tiles and splits.  The names a tile or split binds depend only on the number of factors,
     # unless the loop is named after a workload loop (i -> i0, i1): loops are grouped by what
@@ -228,15 +255,16 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
             splits.setdefault((k, tuple(live.expected_results("split", lp, k))), []).append(lp)
     for (extent, k, names, named), group in tiles.items():
         head = f'"tile " {_alts(_lit(lp) for lp in group)} " [" {_factorizations(r, extent, k)}'
-        r.stmt(f'{head} "]" (" max_inner=" UINT)? {_names_after(names)} '
+        r.stmt("tile", f'{head} "]" (" max_inner=" UINT)? {_names_after(names)} '
                f'({_lit(" factors " + ", ".join(named))})?')
     if lref:
         factor = "(" + " | ".join(x for x in ['"none"', vref, "UINT"] if x) + ")"
         for (k, names), group in splits.items():
             items = ' ", " '.join([factor] * k)
-            r.stmt(f'"split " {_alts(_lit(lp) for lp in group)} " [" {items} "]" '
+            r.stmt("split", f'"split " {_alts(_lit(lp) for lp in group)} " [" {items} "]" '
                    f'{_split_options()} {_names_after(names)}')
-        r.stmt(f'"fuse " {lref} (" " {lref})* (" preserve_unit_iters=" BOOL)? {one("fuse")}')
+        r.stmt("fuse", f'"fuse " {lref} (" " {lref})* (" preserve_unit_iters=" BOOL)? '
+                       f'{one("fuse")}')
         # TVM refuses a loop twice; the pooling samples spent retries on `reorder l1 l1`.  No
         # loop right after itself (a rule per loop, after which any other loop may come): any
         # repeat at all needs the subsets of loops as states (llguidance's regex intersection
@@ -246,9 +274,10 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                                   for j, other in enumerate(loops) if j != i))
         firsts = [f'{_lit(lp + " ")} ro{i}' for i, lp in enumerate(loops) if len(loops) > 1]
         if firsts:
-            r.stmt(f'"reorder " {_alts(firsts)}')
-        r.stmt(f'("parallel " | "vectorize " | "unroll ") {lref}')
-        r.stmt(f'"bind " {lref} " " {_alts(_lit(json.dumps(a)) for a in THREAD_AXES)}')
+            r.stmt("reorder", f'"reorder " {_alts(firsts)}')
+        for op in ("parallel", "vectorize", "unroll"):
+            r.stmt(op, f'"{op} " {lref}')
+        r.stmt("bind", f'"bind " {lref} " " {_alts(_lit(json.dumps(a)) for a in THREAD_AXES)}')
     if anyref:
         value = "(" + " | ".join(x for x in [anyref, vref, "INT", "STRING",
                                              '"[" INT (", " INT)* "]"'] if x) + ")"
@@ -257,12 +286,16 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
             r.add("ANNKEY", r"/[a-z_][a-z0-9_]*/")
         if annotation_values:
             held = live.annotated()
+            roots = [b for b, hint in zip(blocks, live.bound_blocks(), strict=True)
+                     if hint == "root"]
+            rootref = r.add("rootref", _alts(_lit(b) for b in roots)) if roots else None
+            refs = {"root": (rootref, roots), "block": (bref, blocks), "loop": (lref, loops),
+                    "any": (anyref, blocks + loops)}
             for i, (k, texts) in enumerate(annotation_values.items()):
                 options = [_lit(t) for t in texts if t != "var"]
                 if "var" in texts and vref:
                     options.append(vref)
-                on = _annotated(k, annotation_targets, bref, lref, anyref)
-                names = {bref: blocks, lref: loops, anyref: blocks + loops}.get(on, [])
+                on, names = _annotated(k, annotation_targets, refs)
                 if k == "tiling_structure" and on == bref:
                     # read by MultiLevelTiling on the block it tiles: a block without loops
                     # (the root) is never tiled, and MetaSchedule never annotates one
@@ -274,24 +307,36 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                 if on and len(free) < len(names):
                     on = r.add(f"annref{i}", _alts(_lit(n) for n in free)) if free else None
                 if options and on:
-                    r.stmt(f'"annotate " {on} {_lit(" " + k + "=")} {_alts(options)}')
+                    r.stmt("annotate", f'"annotate " {on} {_lit(" " + k + "=")} '
+                                       f'{_alts(options)}')
+                if on and "var" in texts:
+                    uses.append(("annotate", f'"annotate " {on} {_lit(f" {k}={drawn}")}'))
         else:
-            r.stmt(f'"annotate " {anyref} " " {key} "=" {value}')
+            r.stmt("annotate", f'"annotate " {anyref} " " {key} "=" {value}')
+            uses.append(("annotate", f'"annotate " {anyref} " " {key} {_lit(f"={drawn}")}'))
     # `unannotate` only of a key the name carries now (TVM refuses any other; a pooling
-    # sample took `random_compute_producer` off a loop that never had it)
+    # sample took `random_compute_producer` off a loop that never had it), and that
+    # MetaSchedule takes off (the RL model took `parallel` off the root to put it back)
     for n, keys in live.annotations_on().items():
-        r.stmt(f'{_lit(f"unannotate {n} ")} {_alts(_lit(annotation_key_text(k)) for k in keys)}')
+        keys = [annotation_key_text(k) for k in keys]
+        keys = [k for k in keys if unannotate_keys is None or k in unannotate_keys]
+        r.stmt("unannotate", f'{_lit(f"unannotate {n} ")} {_alts(_lit(k) for k in keys)}')
     mref = r.add("mref", _alts(_lit(b) for b in movable)) if movable else None
     # Moves and inlines TVM takes: a block goes under a loop above all its consumers
     # (producers), or to a location drawn for it; inlined only where TVM inlines it (never a
     # reduction).  Offered any place, the held-out pooling kernels spent their retries on
     # `compute_inline` of the pooling reduction and moves across blocks.
+    # A drawn location is a place only right after it was drawn: moving the block there
+    # again, or to a location drawn earlier, MetaSchedule never does.
     at_options = '(" preserve_unit_loops=" BOOL)? (" index=" INT)?'
+    earlier = set(live.locations()) - {drawn}
     for b in movable:
         for op in MOVE_OPS:
-            places = live.move_targets(op, b)
+            places = [p for p in live.move_targets(op, b) if p not in earlier]
             if places:
-                r.stmt(f'{_lit(f"{op} {b} ")} {_alts(_lit(p) for p in places)} {at_options}')
+                r.stmt(op, f'{_lit(f"{op} {b} ")} {_alts(_lit(p) for p in places)} {at_options}')
+            if op == "compute_at" and drawn in places:
+                uses.append((op, _lit(f"{op} {b} {drawn}")))
     # No `decompose_reduction`: `postproc auto` decomposes every reduction itself
     # (RewriteReductionBlock), MetaSchedule's scripts never write it before, and a reduction
     # decomposed earlier can leave RewriteParallelVectorizeUnroll refusing the closing
@@ -304,13 +349,13 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
             rank = live.rfactor_rank(lp)
             if rank is not None:
                 axes = _alts(_lit(str(a)) for a in range(rank + 1))
-                r.stmt(f'{_lit(f"rfactor {lp} ")} {axes} {one("rfactor")}')
-    inlines = [f"{op} {b}" for b in movable for op in live.inline_ops(b)]
-    if inlines:
-        r.stmt(_alts(_lit(line) for line in inlines))
+                r.stmt("rfactor", f'{_lit(f"rfactor {lp} ")} {axes} {one("rfactor")}')
+    for op in ("compute_inline", "reverse_compute_inline"):
+        r.stmt(op, _alts(_lit(f"{op} {b}") for b in movable if op in live.inline_ops(b)))
     if mref:
-        r.stmt(f'"sample_compute_location " {mref} " " ("-2" | "-1" | UINT) '
-               f'{one("sample_compute_location")}')
+        drawn_name = one("sample_compute_location")
+        r.stmt("sample_compute_location",
+               f'"sample_compute_location " {mref} " " ("-2" | "-1" | UINT) {drawn_name}')
     if bref:
         consumers = f'(" consumers=[" {bref} (", " {bref})* "]")?'
         scope = r.add("scope", _alts(_lit(json.dumps(sc)) for sc in (
@@ -319,20 +364,21 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
             reads, writes = live.buffers(b)
             for op, count in (("cache_read", reads), ("cache_write", writes)):
                 if count:
-                    r.stmt(f'{_lit(f"{op} {b} ")} {_alts(_lit(str(i)) for i in range(count))} '
+                    r.stmt(op, f'{_lit(f"{op} {b} ")} {_alts(_lit(str(i)) for i in range(count))} '
                            f'" " {scope} {consumers} {one(op)}')
             if writes:
-                r.stmt(f'{_lit(f"set_scope {b} ")} '
+                r.stmt("set_scope", f'{_lit(f"set_scope {b} ")} '
                        f'{_alts(_lit(str(i)) for i in range(writes))} " " {scope}')
-    # sample_categorical
+    # sample_categorical, when a statement could use what it draws: an annotation, or (on a
+    # GPU) a split's factor, which MetaSchedule writes after fetching the loops
+    split_takes_it = r.ops is None or "split" in r.ops  # its loop may be fetched later
     name = one("sample_categorical")
-    if categorical:
-        for values in dict.fromkeys(tuple(v) for v in categorical):
-            listing = "[" + ", ".join(map(str, values)) + "] "
-            r.stmt(f'{_lit("sample_categorical " + listing)} '
-                   f'{_alts(_lit(str(i)) for i in range(len(values)))} {name}')
-    else:
-        r.stmt(f'"sample_categorical [" INT (", " INT)* "] " UINT {name}')
+    if split_takes_it or any(op == "annotate" for op, _ in uses):
+        lists = [f'{_lit("sample_categorical [" + ", ".join(map(str, values)) + "] ")} '
+                 f'{_alts(_lit(str(i)) for i in range(len(values)))} {name}'
+                 for values in dict.fromkeys(tuple(v) for v in categorical)]
+        r.stmt("sample_categorical", _alts(lists) if lists else
+               f'"sample_categorical [" INT (", " INT)* "] " UINT {name}')
     # what is left to the whole-script grammar and to applying it
     r.add("REST", r"/[^\n]*/")
     refs = {"loop": lref, "block": bref, "any": anyref}
@@ -344,16 +390,25 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
             # bound, was refused): the rest of the line is one lexeme ending with it
             tail = r.add(f"TAIL_{op.upper()}", f"/( [^\\n]*)?{_regex_text(one(op))}/ "
                                                "& ~/.*->.*->.*/")
-            r.stmt(f'{_lit(op + " ")} {refs[kind]} {tail}')
+            r.stmt(op, f'{_lit(op + " ")} {refs[kind]} {tail}')
         else:
-            r.stmt(f'{_lit(op + " ")} {refs[kind]} (" " REST)?')
-    r.stmt(_alts(_lit(f"@{k}(") for k in GENERAL_KINDS) + " REST")
+            r.stmt(op, f'{_lit(op + " ")} {refs[kind]} (" " REST)?')
+    for k in GENERAL_KINDS:
+        r.stmt(f"@{k}", f'{_lit(f"@{k}(")} REST')
     if live.changes:
         # A script of fetches and draws alone is the unscheduled kernel: none of MetaSchedule's
         # does that, and a model that ends one (the built-in model did on most pooling kernels)
         # spends an attempt on the baseline.  Forced closings (the token budget) still end it.
-        r.stmt(_lit(f"postproc auto {postproc_set}"))
+        r.stmt("postproc", _lit(f"postproc auto {postproc_set}"))
 
+    if drawn is not None:
+        using = _Rules(r.ops)
+        kind = "location" if drawn in live.locations() else "var"
+        for op, body in uses if kind == "location" or not split_takes_it else ():
+            if (op == "compute_at") == (kind == "location"):
+                using.stmt(op, body)
+        if using.stmts:
+            r.stmts = using.stmts
     body = "\n    | ".join(r.stmts)
     lines = ['start: stmt "\\n"', f"stmt: {body}"]
     lines += [f"{k}: {v}" for k, v in r.rules.items()]

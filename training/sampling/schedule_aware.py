@@ -184,20 +184,13 @@ class _Stats:
 
 class _Decoder:
     def __init__(self, model, tokenizer, workloads: Sequence[Any], target: Any, *,
-                 postproc_set: str, categorical: Sequence[Sequence[Sequence[int]]],
-                 annotations: Sequence[Sequence[str]], values: Sequence[dict | None],
-                 targets: Sequence[dict | None] | None = None,
-                 tiles: Sequence[dict[str, tuple[int, ...]] | None] | None = None,
+                 postproc_set: str, narrowing: Sequence[dict[str, Any]],
                  sampling: SamplingConfig,
                  eos: list[int], config: ScheduleAwareConfig) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.workloads, self.target = workloads, target
         self.postproc_set = postproc_set
-        self.categorical = categorical
-        self.annotations = annotations
-        self.values = values
-        self.targets = targets or [None] * len(workloads)
-        self.tiles = tiles or [None] * len(workloads)
+        self.narrowing = narrowing  # per workload: statement_grammar's keyword arguments
         self.temperature, self.top_p = sampling.temperature, sampling.top_p
         self.max_new_tokens, self.stop = sampling.max_new_tokens, sampling.stop
         self.eos = eos
@@ -248,11 +241,7 @@ class _Decoder:
         start = time.perf_counter()
         try:
             lark = statement_grammar(row.live, postproc_set=self.postproc_set,
-                                     categorical=self.categorical[row_index],
-                                     annotations=self.annotations[row_index],
-                                     annotation_values=self.values[row_index],
-                                     annotation_targets=self.targets[row_index],
-                                     tile_lengths=self.tiles[row_index])
+                                     **self.narrowing[row_index])
         except Exception as exc:  # noqa: BLE001  a query TVM refuses: narrow nothing this time
             row.error = f"narrowing the next statement failed: {exc}"
             lark = 'start: /[^\n]*/ "\n"'
@@ -531,13 +520,7 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     """
     from codegen.targets import default_rules
     from codegen.targets import postproc_set as target_postproc_set
-    from training.grammars.constraints import (
-        annotation_keys,
-        annotation_targets,
-        annotation_values,
-        categorical_lists,
-        tile_lengths,
-    )
+    from training.grammars.constraints import categorical_lists, narrowing
 
     if len(prompts) != len(workloads):
         raise ValueError(f"Expected one workload per prompt but got {len(prompts)} prompts and "
@@ -546,16 +529,13 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     postproc_set = postproc_set or target_postproc_set(rules)
     if categorical is None:
         categorical = [categorical_lists(w, target, rules) or () for w in workloads]
-    annotations = [annotation_keys(w, target, rules) or () for w in workloads]
-    values = [annotation_values(w, target, rules) for w in workloads]
-    targets = [annotation_targets(w, target, rules) for w in workloads]
-    tiles = [tile_lengths(w, target, rules) for w in workloads]
+    narrowed = [dict(narrowing(w, target, rules), categorical=lists)
+                for w, lists in zip(workloads, categorical, strict=True)]
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     decoder = _Decoder(model, tokenizer, workloads, target, postproc_set=postproc_set,
-                       categorical=categorical, annotations=annotations, values=values,
-                       targets=targets, tiles=tiles, sampling=sampling or SamplingConfig(),
+                       narrowing=narrowed, sampling=sampling or SamplingConfig(),
                        eos=eos,
                        config=config or ScheduleAwareConfig())
     with torch.no_grad():
