@@ -7,6 +7,7 @@ intrinsics and starting worker processes); the real tunes are marked slow or gpu
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import warnings
@@ -191,13 +192,32 @@ def _round_trips(best, wl, target) -> bool:
     return tvm_ffi.structural_equal(sch.mod, best.mod)
 
 
+@pytest.mark.parametrize("set_by_user", [None, logging.INFO])
+def test_metaschedule_console_shows_warnings_only_unless_the_user_set_a_level(set_by_user):
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    before = logger.level
+    logger.setLevel(set_by_user or logging.NOTSET)
+    try:
+        with bl.console_warnings_only():
+            assert logger.level == (set_by_user or logging.WARNING)
+            logger.setLevel(logging.DEBUG)  # what tune_tir leaves
+        assert logger.level == (set_by_user or logging.NOTSET)  # the next call as quiet
+    finally:
+        logger.setLevel(before)
+
+
 @pytest.mark.slow
-def test_metaschedule_best_llvm_tunes_round_trips_and_memoises(tmp_path):
+def test_metaschedule_best_llvm_tunes_round_trips_and_memoises(tmp_path, capsys):
     wl = workload(MATMUL)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # a fresh cache must not warn
         best = bl.metaschedule_best(wl, LLVM, trials=8, cache_dir=str(tmp_path / "memo"),
                                     work_dir=str(tmp_path / "work"))
+        bl.metaschedule_best(wl, LLVM, trials=4, cache_dir=str(tmp_path / "memo"), seed=1)
+    # Tuned twice: MetaSchedule's progress went to its log files, not the user's terminal.
+    printed = capsys.readouterr().out
+    assert "[INFO]" not in printed and "Evolve iter" not in printed, printed[:400]
+    assert any((tmp_path / "work" / "logs").iterdir())
     assert not best.cached and 1 <= best.trials <= 8
     assert 0 < best.latency < 1
     assert best.script.rstrip().endswith("postproc auto llvm")

@@ -295,6 +295,22 @@ def unnamed_handlers_aside() -> Iterator[None]:
             logger.addHandler(handler)
 
 
+@contextlib.contextmanager
+def console_warnings_only() -> Iterator[None]:
+    """While the block runs, MetaSchedule's console shows warnings and errors only, unless
+    its logger's level was set (its full log still goes to ``work_dir/logs``).  ``tune_tir``
+    gives its console handler the logger's level at the call, then sets the logger to DEBUG;
+    the level is put back after, so that the next call is as quiet."""
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    before = logger.level
+    if before == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 def _tune(mod, tgt, rules: str, trials: int, work_dir: str, seed: int, builder, runner,
           cost_model: str):
     """Run tune_tir; returns ((schedule, latency) or None, number of records)."""
@@ -311,7 +327,7 @@ def _tune(mod, tgt, rules: str, trials: int, work_dir: str, seed: int, builder, 
                                           timeout_sec=limits.build_timeout_s)
     if runner is None:
         runner = ms.runner.LocalRunner(timeout_sec=limits.run_timeout_s)
-    with unnamed_handlers_aside():
+    with unnamed_handlers_aside(), console_warnings_only():
         database = ms.tune_tir(mod, tgt, work_dir, max_trials_global=trials,
                                num_trials_per_iter=min(64, trials), builder=builder,
                                runner=runner, cost_model=cost_model, space=space, seed=seed)
