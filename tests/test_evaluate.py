@@ -141,6 +141,39 @@ def test_an_adaptive_limit_stops_a_script_far_slower_than_any_before_it_never_a_
         assert ev.limits.limit(identity, "run", ev.config) == adaptive.run_timeout_s
 
 
+def test_a_kernel_far_slower_than_the_fastest_so_far_is_timed_once_and_not_cached(tmp_path):
+    wl = workload("matmul(m=128,n=128,k=128)")
+    config = MeasureConfig(repeat=5, min_repeat_ms=1.0, cutoff_factor=4.0)
+    identity = workload_identity(wl)
+    cache = Cache(str(tmp_path / "m.sqlite"))
+    with Evaluator("llvm", cache=cache, config=config, builders=1) as ev:
+        # Nothing timed yet: no cutoff, every repeat; its median becomes the fastest so far.
+        [first] = ev.evaluate(wl, ['block "C" -> b0'])
+        assert first.ok and len(first.repeats) == 5 and first.message == ""
+        assert ev.limits.fastest(identity) == first.latency_s
+        assert ev.limits.cutoff(identity, config) == pytest.approx(4.0 * first.latency_s)
+        # As if a kernel of 1 ns had been timed: the next one is past 4 ns, timed once, and
+        # says so; the measurement is a real one, but it is not cached.
+        ev.limits.observe_latency(identity, 1e-9)
+        [cut] = ev.evaluate(wl, ['block "C" -> b1'])
+        assert cut.ok and len(cut.repeats) == 1 and cut.latency_s == cut.repeats[0] > 4e-9
+        assert "timed once, not 5 times" in cut.message
+        [again] = ev.evaluate(wl, ['block "C" -> b1'])
+        assert not again.cached and len(again.repeats) == 1
+        # A baseline is never cut, and the first script's full outcome was cached.
+        base = ev.evaluate_modules(wl, {"unscheduled": wl.mod})["unscheduled"]
+        assert base.ok and len(base.repeats) == 5
+        [hit] = ev.evaluate(wl, ['block "C" -> b0'])
+        assert hit.cached and len(hit.repeats) == 5
+    # Off (the default), the same history cuts nothing.
+    with Evaluator("llvm", cache=False, config=MeasureConfig(repeat=5, min_repeat_ms=1.0),
+                   builders=1) as ev:
+        ev.limits.observe_latency(identity, 1e-9)
+        assert ev.limits.cutoff(identity, ev.config) == 0.0
+        [full] = ev.evaluate(wl, ['block "C" -> b1'])
+        assert full.ok and len(full.repeats) == 5
+
+
 def test_a_kernel_past_its_time_limit_times_out_and_the_next_one_runs(tmp_path):
     wl = workload("matmul(m=384,n=384,k=384)")
     slow = MeasureConfig(repeat=3, min_repeat_ms=1.0, run_timeout_s=0.05)

@@ -261,7 +261,8 @@ def test_a_long_wait_for_the_device_names_its_lock_once(tmp_path, monkeypatch, c
 @pytest.mark.parametrize("field,value", [("repeat", 0), ("warmup", -1), ("run_timeout_s", 0),
                                          ("min_repeat_ms", -1.0), ("memory_limit_mb", 0),
                                          ("limit_factor", -1.0), ("limit_factor", float("nan")),
-                                         ("limit_floor_s", 0.0)])
+                                         ("limit_floor_s", 0.0), ("cutoff_factor", -1.0),
+                                         ("cutoff_factor", float("nan"))])
 def test_measure_config_refuses_what_cannot_be_measured(field, value):
     with pytest.raises(ValueError, match=field):
         MeasureConfig(**{field: value})

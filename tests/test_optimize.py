@@ -65,6 +65,9 @@ def test_every_kernel_timed_is_counted_once(result):
     assert result.measurements == 2 + len(result.candidates) + retimed
     assert result.spent == {"baselines": 2, "given": 0, "sampled": len(result.candidates),
                             "retimed": retimed}
+    # Where the wall clock went, phase by phase (nothing carried over, no search asked).
+    assert list(result.seconds) == ["start", "model", "search", "retime"]
+    assert all(t >= 0 for t in result.seconds.values()) and result.seconds["model"] > 0
 
 
 def test_the_best_is_correct_and_its_speedups_come_from_one_retiming(result):

@@ -42,6 +42,7 @@ MESSAGES = [
     BuildJob(WL, {"kind": "cuda"}, "/tmp/out", module='{"nodes": []}'),
     ReferenceJob(WL, MeasureConfig(repeat=3, flush_l2=False)),
     RunJob(WL, ART, MeasureConfig(), DeviceRef("rpc", "cuda", {"tracker": "h:9190", "key": "k"})),
+    RunJob(WL, ART, MeasureConfig(cutoff_factor=4.0), CPU, 2.5e-3),
     DescribeJob(CPU), PingJob(),
     LiveOpen(3, WL, {"kind": "llvm"}, ['block "C" -> C']), LiveOpen(4, WL, None),
     LiveStep(3, "loops C -> i, j, k"), LiveClose([3, 4]),

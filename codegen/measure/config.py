@@ -16,7 +16,8 @@ _RANGES = {"repeat": "at least one timed repeat", "min_repeat_ms": "a non-negati
            "reference_timeout_s": "a positive reference_timeout_s",
            "memory_limit_mb": "a memory_limit_mb of at least 64 (MiB)",
            "limit_factor": "a non-negative limit_factor",
-           "limit_floor_s": "a positive limit_floor_s"}
+           "limit_floor_s": "a positive limit_floor_s",
+           "cutoff_factor": "a non-negative cutoff_factor"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class MeasureConfig:
                 "same workload so far (0: the fixed limits only; never above them)."})
     limit_floor_s: float = field(default=10.0, metadata={
         "help": "The shortest limit --limit-factor sets (seconds)."})
+    cutoff_factor: float = field(default=0.0, metadata={
+        "help": "Time a candidate once instead of --repeat times when its first timed repeat "
+                "is this many times the fastest kernel of the same workload so far (0: every "
+                "candidate gets every repeat)."})
     memory_limit_mb: int = field(default=8192, metadata={
         "help": "A worker above this resident memory (MiB) is killed."})
     flush_l2: bool = field(default=True, metadata={
@@ -58,7 +63,8 @@ class MeasureConfig:
                   ("reference_timeout_s", self.reference_timeout_s > 0),
                   ("memory_limit_mb", self.memory_limit_mb >= 64),
                   ("limit_factor", self.limit_factor >= 0),
-                  ("limit_floor_s", self.limit_floor_s > 0)]
+                  ("limit_floor_s", self.limit_floor_s > 0),
+                  ("cutoff_factor", self.cutoff_factor >= 0)]
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"Expected {_RANGES[name]} but got {name}={getattr(self, name)!r}")

@@ -96,7 +96,10 @@ class Evaluator:
     With ``config.limit_factor`` above 0, a script's build and run are stopped at that many
     times the slowest one of the same workload this evaluator has seen finish
     (``codegen.measure.limits``); baselines (``evaluate_modules``) always get the configured
-    limits, and what they take counts.
+    limits, and what they take counts.  With ``config.cutoff_factor`` above 0, a script's
+    kernel whose first timed repeat is that many times the fastest verified kernel of the
+    workload so far (baselines included) is timed once, not ``config.repeat`` times; such an
+    outcome is not cached, for it depends on what was timed before it.
     """
 
     def __init__(self, target: TargetLike = "llvm", *, builders: int | None = None,
@@ -175,6 +178,8 @@ class Evaluator:
                 item.key = cache_key(observed, item.key_text, self.target_json, self.device,
                                      settings)
                 item.outcome = self.cache.get(item.key)
+                if item.outcome is not None and item.outcome.ok and item.outcome.latency_s:
+                    self.limits.observe_latency(identity, item.outcome.latency_s)
         todo = [i for i in items if i.outcome is None]
         if todo:
             work_dir = tempfile.mkdtemp(prefix="dragon-build-")
@@ -244,7 +249,8 @@ class Evaluator:
                 assert item.artifact is not None
                 item.outcome = failed or self._measure(wl, item.artifact, item.build_s,
                                                        identity, adaptive)
-                item.transient = failed is not None
+                item.transient = failed is not None or (
+                    item.outcome.ok and len(item.outcome.repeats) < self.config.repeat)
 
     def _prepare(self, wl: WorkloadData) -> Outcome | None:
         """Compute the reference outputs once, under their own (generous) time limit; an
@@ -260,7 +266,8 @@ class Evaluator:
 
     def _measure(self, wl: WorkloadData, artifact: Artifact, build_s: float | None,
                  identity: str = "", adaptive: bool = False) -> Outcome:
-        job = RunJob(wl, artifact, self.config, self.runtime.ref)
+        cutoff = self.limits.cutoff(identity, self.config) if adaptive else 0.0
+        job = RunJob(wl, artifact, self.config, self.runtime.ref, cutoff)
         limit, why = self._limit(identity, "run", adaptive)
         try:
             began = time.monotonic()
@@ -269,6 +276,8 @@ class Evaluator:
         except WorkerError as exc:
             return replace(_from_exception(exc, why), build_s=build_s)
         assert isinstance(reply, Outcome)
+        if reply.ok and reply.latency_s is not None:
+            self.limits.observe_latency(identity, reply.latency_s)
         return replace(reply, build_s=build_s)
 
     # -- lifetime ----------------------------------------------------------------------------

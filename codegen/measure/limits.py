@@ -1,5 +1,6 @@
 """Time limits that adapt to what an ``Evaluator`` has measured: a candidate whose build or run
-takes many times the slowest one of the same workload before it is stopped early.
+takes many times the slowest one of the same workload before it is stopped early, and one
+whose kernel is many times slower than the fastest of the workload so far timed only once.
 
 A run lasts about ``repeat`` times the longer of ``min_repeat_ms`` and one call of the kernel,
 plus loading and verifying it: a run ten times the slowest completed run of the workload is a
@@ -18,6 +19,9 @@ finished yet gets the configured limit.
 >>> limits.observe("wl", "run", 9.0)
 >>> limits.limit("wl", "run", config)
 60.0
+>>> limits.observe_latency("wl", 0.002); limits.observe_latency("wl", 0.001)
+>>> limits.cutoff("wl", MeasureConfig(cutoff_factor=4))
+0.004
 """
 
 from __future__ import annotations
@@ -40,7 +44,26 @@ class AdaptiveLimits:
 
     def __init__(self) -> None:
         self._slowest: dict[tuple[str, str], float] = {}
+        self._fastest: dict[str, float] = {}
         self._lock = threading.Lock()  # builds finish on several threads at once
+
+    def observe_latency(self, workload: str, seconds: float) -> None:
+        """A verified kernel of ``workload`` that ran in ``seconds`` (its median)."""
+        with self._lock:
+            self._fastest[workload] = min(seconds, self._fastest.get(workload, float("inf")))
+
+    def fastest(self, workload: str) -> float | None:
+        with self._lock:
+            return self._fastest.get(workload)
+
+    def cutoff(self, workload: str, config: MeasureConfig) -> float:
+        """The latency past which the next kernel of ``workload`` is timed only once:
+        ``config.cutoff_factor`` times the fastest so far; 0 (none) when the factor is 0 or
+        nothing has been timed."""
+        fastest = self.fastest(workload)
+        if config.cutoff_factor <= 0 or fastest is None:
+            return 0.0
+        return config.cutoff_factor * fastest
 
     def observe(self, workload: str, stage: str, seconds: float) -> None:
         """A build or run of ``workload`` that finished (correct or not) in ``seconds``."""

@@ -91,12 +91,14 @@ class ReferenceJob:
 
 @dataclass(frozen=True)
 class RunJob:
-    """Load, verify and time a built kernel on the device."""
+    """Load, verify and time a built kernel on the device; with ``cutoff_s`` above 0, only
+    once when its first timed repeat takes longer than that (``time_kernel``)."""
 
     workload: WorkloadData
     artifact: Artifact
     config: MeasureConfig
     device: DeviceRef
+    cutoff_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,12 @@ def median_and_spread(values: list[float]) -> tuple[float, float]:
 
 
 def time_kernel(rt_mod, dev, arg_sets: list[list], config: MeasureConfig,
-                preproc: str = "") -> list[float]:
+                preproc: str = "", cutoff_s: float = 0.0) -> list[float]:
     """Seconds per run, one value per repeat.  ``arg_sets`` are interchangeable argument lists
     (copies of the inputs); more than one means the repeats rotate through them.  ``preproc``
     names a function TVM's time evaluator calls before each repeat (an L2 flush); the Device
-    chooses both (``Device.timing_args``)."""
+    chooses both (``Device.timing_args``).  With ``cutoff_s`` above 0, a kernel whose first
+    repeat is slower than that gets no more repeats: one value comes back."""
     entry = rt_mod.entry_name if getattr(rt_mod, "entry_name", "") else "main"
     evaluator = rt_mod.time_evaluator(entry, dev, number=1, repeat=1, min_repeat_ms=0)
     for _ in range(config.warmup):
@@ -45,4 +46,6 @@ def time_kernel(rt_mod, dev, arg_sets: list[list], config: MeasureConfig,
     for i in range(config.repeat):
         dev.sync()
         times.append(float(evaluator(*arg_sets[i % len(arg_sets)]).mean))
+        if cutoff_s > 0 and times[0] > cutoff_s:
+            break
     return times

@@ -256,13 +256,15 @@ def run_job(job: RunJob) -> Outcome:
     # Fresh, unguarded tensors: the timed run is the kernel alone.
     tensors = [tvm.runtime.tensor(a, dev) for a in inputs]
     arg_sets, preproc = device.timing_args(tensors, inputs, config)
-    times = time_kernel(rt_mod, dev, arg_sets, config, preproc)
+    times = time_kernel(rt_mod, dev, arg_sets, config, preproc, job.cutoff_s)
     median, spread = median_and_spread(times)
     if not times or not math.isfinite(median) or median <= 0:
         return Outcome(Status.RUNTIME_ERROR, "time",
                        f"the timer gave no usable measurement ({times})", **fields)
-    return Outcome(Status.CORRECT, "time", latency_s=median, spread_s=spread, repeats=times,
-                   **fields)
+    cut = (f"timed once, not {config.repeat} times: past the cutoff of {job.cutoff_s:.3g} s"
+           if len(times) < config.repeat else "")
+    return Outcome(Status.CORRECT, "time", cut, latency_s=median, spread_s=spread,
+                   repeats=times, **fields)
 
 
 def _verify(rt_mod, dev, guards: bool, fill, params, inputs, references,

@@ -80,8 +80,11 @@ def wall_clock_line(showdown) -> str:
     secs = showdown.seconds
     if "dragon" not in secs or "metaschedule" not in secs:
         return ""
-    return (f"wall clock, {showdown.workload}: dragon {secs['dragon']:.0f} s, MetaSchedule's "
-            f"tune_tir {secs['metaschedule']:.0f} s")
+    phases = ", ".join(f"{name} {t:.0f}" for name, t in
+                       getattr(showdown.result, "seconds", {}).items())
+    return (f"wall clock, {showdown.workload}: dragon {secs['dragon']:.0f} s"
+            + (f" ({phases})" if phases else "")
+            + f", MetaSchedule's tune_tir {secs['metaschedule']:.0f} s")
 
 
 def format_headline(rows: list[list[str]], model_name: str, device: str, seconds: float,

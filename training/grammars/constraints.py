@@ -137,10 +137,10 @@ def annotation_targets(workload: WorkloadLike, target: TargetLike = "llvm",
                        rules: str | None = None) -> dict[str, tuple[str, ...]] | None:
     """For each annotation key MetaSchedule's rules write for ``workload`` on ``target``, what
     they annotate with it: ``"root"`` (the root block), ``"block"``, ``"loop"`` or several,
-    read from the design spaces' ``Annotate`` instructions.  Schedule-aware sampling annotates only these: a
-    ``meta_schedule.parallel`` on a loop changes nothing (the postprocessor reads it on blocks)
-    and crashes MetaSchedule's ``MutateParallel`` when the script seeds a search.  None when no
-    design space can be generated.
+    read from the design spaces' ``Annotate`` instructions.  Schedule-aware sampling annotates
+    only these: a ``meta_schedule.parallel`` on a loop changes nothing (the postprocessor reads
+    it on blocks) and crashes MetaSchedule's ``MutateParallel`` when the script seeds a search.
+    None when no design space can be generated.
 
     >>> from codegen.workloads import workload
     >>> annotation_targets(workload("matmul(m=16,n=16,k=16)"))["parallel"]

@@ -35,6 +35,7 @@ search's database: one more mutator of the population's best.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -61,8 +62,11 @@ __all__ = ["MEASURE", "Candidate", "OptimizeConfig", "OptimizeError", "OptimizeR
 # benchmark against MetaSchedule): ``MeasureConfig``'s defaults, but a script's build or run
 # that takes ten times the slowest one of the workload before it is stopped (at least 10 s):
 # a search has no use for such a kernel, and the fixed limits (120 s, 60 s) cost a run of 16
-# kernels up to 230 s of its 264 in the seventeenth session's benchmark.
-MEASURE = MeasureConfig(limit_factor=10.0)
+# kernels up to 230 s of its 264 in the seventeenth session's benchmark; and a kernel whose
+# first timed repeat is 4x the fastest of the workload so far timed once, not nine times (the
+# model's two samples of the demo's dense layer ran 12x and 52x slower than the best carried
+# over and took 17 s of its 94 to time in the twenty-fifth session's profile).
+MEASURE = MeasureConfig(limit_factor=10.0, cutoff_factor=4.0)
 
 
 class RefineError(ProposeError):
@@ -210,6 +214,8 @@ class OptimizeResult:
     measurements: int                # kernels handed to the evaluator, all counted
     stopped: str                     # "rounds" (all ran), "budget", or "search failed: WHY"
                                      # (MetaSchedule's search raised; what it timed is kept)
+    seconds: dict[str, float] = field(default_factory=dict)  # wall clock by phase: "start"
+    # (the baselines, when measured here), "transfer", "model", "search", "retime"
 
     @property
     def ok(self) -> bool:
@@ -282,6 +288,7 @@ class OptimizeResult:
                 "winner": self.winner, "best_script": self.best_script,
                 "final": {name: o.as_dict() for name, o in self.final.items()},
                 "baselines": [b.as_dict() for b in self.start.baselines],
+                "seconds": {name: round(t, 3) for name, t in self.seconds.items()},
                 "rounds": [r.as_dict() for r in self.rounds],
                 "candidates": [c.as_dict() for c in self.candidates]}
 
@@ -363,9 +370,19 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
         _check_target(target, evaluator)
     target = evaluator.target
     timer = None
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        seconds[phase] = now - clock
+        clock = now
+
     try:
         if start is None:
             start = measure_start(workload, evaluator, refine=refine, config=config)
+            lap("start")
         elif refine is not None and (start.given is None
                                      or start.given.script != _canonical(refine)):
             raise ValueError("Expected the start measured for the script to refine but got "
@@ -377,14 +394,18 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
                          cost_model)
         if config.transfer:
             search.run_transfer(corpus)
+            lap("transfer")
         search.run(progress, label)
+        lap("model")
         search.run_search(progress, label)
+        lap("search")
         final = search.retime(timer or evaluator)
+        lap("retime")
         return OptimizeResult(
             str(getattr(workload, "spec", workload)), evaluator.target.kind.name,
             evaluator.device, config, start, tuple(search.rounds),
             tuple(search.seen.values()), search.best(), final, search.account.spent,
-            search.stopped)
+            search.stopped, seconds)
     finally:
         if timer is not None:
             timer.close()
