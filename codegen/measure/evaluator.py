@@ -46,8 +46,10 @@ _STAGE_STATUS = {"parse": Status.PARSE_ERROR, "apply": Status.APPLY_ERROR,
 
 # Part of every cache key: raise it when verification or timing changes what an outcome means
 # (2: guard regions around every argument, so out-of-bounds kernels are incorrect; 3: guards
-# filled twice, poison then random bytes, and index inputs within their axis).
-MEASURE_VERSION = 3
+# filled twice, poison then random bytes, and index inputs within their axis; 4: the repeats
+# timed in one call of TVM's time evaluator, back to back, where each was a call of its own
+# preceded by an untimed run).
+MEASURE_VERSION = 4
 
 
 def workload_text_hash(wl: WorkloadLike) -> str:
