@@ -97,8 +97,8 @@ def format_headline(rows: list[list[str]], model_name: str, device: str, seconds
     lines = [f"Little Dragon demo: {model_name} on {device}, {seconds / 60:.1f} min", "",
              *text_table([HEADER, *rows]), "",
              "measured: kernels the model's search timed / MetaSchedule's got (the layer: "
-             "tune_tir from nothing, max_trials_global the model's count; the network: its "
-             "evolutionary search per task).  Every "
+             "tune_tir from nothing in a new process, max_trials_global the model's count; "
+             "the network: its evolutionary search per task).  Every "
              "latency is a median of its part's final, interleaved timing; a network's "
              "'unscheduled' is its default build (relax.build without a database).  A ratio "
              "within the two timings' spread is a tie.", *[n for n in notes or () if n]]

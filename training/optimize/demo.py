@@ -7,8 +7,9 @@ same session, on the same evaluator:
 
 1. **a layer**: BERT-base's FFN up-projection (``DEMO_KERNEL``: 128 tokens, 768 -> 3072, bias,
    GELU).  ``optimize`` samples ``k`` scripts by schedule-aware decoding and refines its best
-   for ``rounds`` rounds; then MetaSchedule as a user runs it, ``tune_tir`` from nothing (its
-   LocalBuilder, LocalRunner and XGBoost model: ``codegen.search.metaschedule_best``, no memo),
+   for ``rounds`` rounds; then MetaSchedule as a user runs it, ``tune_tir`` from nothing in a
+   new process (its LocalBuilder, LocalRunner and XGBoost model:
+   ``codegen.search.metaschedule_best``, no memo; ``tune_tir_fresh``),
    with ``max_trials_global`` as many as the model's search timed kernels (baselines and
    re-timing included); the two winners, the unscheduled kernel and the rule-based default are
    re-timed together at the end, and each side's wall clock is kept (``KernelShowdown``);
@@ -31,7 +32,7 @@ from typing import Any
 from codegen.measured import Comparison, compare, speedup
 
 __all__ = ["DEMO_KERNEL", "DEMO_MODEL", "DemoConfig", "KernelShowdown", "compare_kernel",
-           "compare_network"]
+           "compare_network", "tune_tir_fresh"]
 
 DEMO_KERNEL = "dense(m=128,n=3072,k=768,bias=1,act=gelu)"
 DEMO_MODEL = "model(name=bert,preset=tiny)"
@@ -128,14 +129,12 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
     """``optimize`` with ``transfer`` scripts carried over from ``corpus`` first (when
     given), ``k`` and ``rounds`` (``width`` samples a round ranked by ``cost_model`` when both
     are given), then ``search`` kernels of MetaSchedule's search seeded with every script
-    timed, then MetaSchedule's ``tune_tir`` with as many trials as the
+    timed, then MetaSchedule's ``tune_tir`` in a new process (``tune_tir_fresh``) with as many
+    trials as the
     model's search timed kernels (its baselines and re-timing included, as
     ``optimize_model`` counts them), then both winners and the baselines re-timed together on
     ``evaluator`` (best without a cache: every figure is from this session)."""
-    import tempfile
-
     from codegen.measured import Baselines, measure_beside, outcomes
-    from codegen.search.baselines import BaselineUnavailable, metaschedule_best
     from training.optimize.kernel import OptimizeConfig, optimize
     from training.sampling.config import SamplingConfig
 
@@ -151,17 +150,10 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
     trials = result.measurements
     if progress:
         print(f"MetaSchedule: tune_tir, max_trials_global={trials} ...", flush=True)
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="dragon-demo-ms-") as memo:
-        try:  # a fresh memo directory: tuned now, never read back from an earlier run
-            best = metaschedule_best(workload, evaluator.target, trials, seed=seed,
-                                     cache_dir=memo)
-            ms_script, ms_trials = best.script, best.trials
-        except BaselineUnavailable as exc:  # none of its candidates built and ran
-            if progress:
-                print(f"MetaSchedule: {exc}", flush=True)
-            ms_script, ms_trials = None, trials
-    seconds["metaschedule"] = time.perf_counter() - started
+    ms_script, ms_trials, seconds["metaschedule"], why = tune_tir_fresh(
+        workload, evaluator.target, trials, seed)
+    if why and progress:
+        print(f"MetaSchedule: {why}", flush=True)
     scripts = {name: text for name, text in (
         ("dragon", result.best.script if result.ok and result.best else None),
         ("metaschedule", ms_script)) if text is not None}
@@ -169,6 +161,38 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
                                     Baselines(result.start.modules)))
     return KernelShowdown(str(getattr(workload, "spec", workload)), result, trials, ms_script,
                           final, ms_trials, seconds)
+
+
+def tune_tir_fresh(workload: Any, target: Any, trials: int, seed: int = 0
+                   ) -> tuple[str | None, int, float, str]:
+    """MetaSchedule's ``tune_tir`` as a user runs it: in a new process, from nothing (a fresh
+    memo directory, so nothing is read back).  Run here, after our search, it would find TVM
+    warm: the first design space a process generates costs that process some 15 s, whatever
+    the workload (measured: 39 s for the demo's 37 kernels in a fresh process, 25 s after a
+    tiny matmul's design space).  Returns its best script (None when none of its candidates
+    built and ran), the candidates it measured, its seconds inside that process (its imports
+    left out, as our side's model loading is) and why there is no script."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=context) as pool:
+        return pool.submit(_tune_tir, workload, target, trials, seed).result()
+
+
+def _tune_tir(workload: Any, target: Any, trials: int, seed: int
+              ) -> tuple[str | None, int, float, str]:
+    import tempfile
+
+    from codegen.search.baselines import BaselineUnavailable, metaschedule_best
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="dragon-demo-ms-") as memo:
+        try:
+            best = metaschedule_best(workload, target, trials, seed=seed, cache_dir=memo)
+        except BaselineUnavailable as exc:  # none of its candidates built and ran
+            return None, trials, time.perf_counter() - started, str(exc)
+    return best.script, best.trials, time.perf_counter() - started, ""
 
 
 def compare_network(model, tokenizer, label: str, mod, tasks: list, evaluator: Any, database: str,
