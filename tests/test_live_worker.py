@@ -107,38 +107,6 @@ def test_a_crash_costs_its_row_and_the_others_are_replayed(monkeypatch):
         holder.kill()
 
 
-def test_a_row_that_goes_where_another_went_copies_it():
-    """Rows writing the same statements from the same kernel: the row behind copies the row
-    ahead instead of applying them again, takes its refusals too, and goes on independently
-    (each from its own copy)."""
-    wl = workload("matmul(m=128,n=128,k=128)")
-    holder = LiveWorker("llvm")
-    try:
-        a, _ = holder.open(wl)
-        b, _ = holder.open(wl)
-        lines = ['block "C" -> C', "loops C -> i, j, k", "tile i [4, 32] -> i0, i1"]
-        views: dict = {a: [], b: []}
-        for line in lines:  # in step, as a batch's rows go
-            for key in (a, b):
-                views[key].append(holder.step(key, line))
-        assert holder.forks == len(lines)  # b applied none of them itself
-        assert [v.names("loop") for v in views[b]] == [v.names("loop") for v in views[a]]
-        first, second = holder.step(a, "parallel nosuch"), holder.step(b, "parallel nosuch")
-        assert not isinstance(first, LiveView) and second.message == first.message
-        assert holder.forks == len(lines) + 1
-        # From here on each is its own: a tiles j in its schedule, which b's does not see.
-        assert "j0" in holder.step(a, "tile j [8, 16] -> j0, j1").names("loop")
-        after = holder.step(b, "parallel i0")
-        assert isinstance(after, LiveView) and "j0" not in after.names("loop")
-        assert after.statements == len(lines) + 1 and holder.forks == len(lines) + 1
-        # The copy is b's alone in the worker too: a new worker replays b's statements.
-        holder.kill()
-        again = holder.step(b, "vectorize i1")
-        assert isinstance(again, LiveView) and "j0" not in again.names("loop")
-    finally:
-        holder.kill()
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return small_tokenizer()

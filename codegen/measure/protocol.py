@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from ..workloads.workload import WorkloadLike
 
 __all__ = ["Applied", "ApplyJob", "Built", "BuildJob", "DescribeJob", "DeviceInfo", "DeviceRef",
-           "Error", "Failed", "LiveClose", "LiveFork", "LiveOpen", "LiveState", "LiveStep",
-           "Message",
+           "Error", "Failed", "LiveClose", "LiveOpen", "LiveState", "LiveStep", "Message",
            "ModelBuildJob", "ModelBuilt", "ModelRan", "ModelRunJob", "PingJob", "Pong",
            "Progress", "Ready", "ReferenceJob", "RunJob", "WorkloadData", "decode", "encode"]
 
@@ -161,16 +160,6 @@ class LiveStep:
 
 
 @dataclass(frozen=True)
-class LiveFork:
-    """Make live schedule ``key`` a copy of live schedule ``source`` (answers ``Pong``): a row
-    whose next statement takes it where another row has just gone takes that row's state
-    instead of applying the statement again."""
-
-    source: int
-    key: int
-
-
-@dataclass(frozen=True)
 class LiveClose:
     """Drop the live schedules ``keys`` (answers ``Pong``)."""
 
@@ -249,8 +238,7 @@ class Error:
 
 
 Message = typing.Union[ApplyJob, BuildJob, ReferenceJob, RunJob, DescribeJob, PingJob,  # noqa: UP007
-                       ModelBuildJob, ModelRunJob, LiveOpen, LiveStep, LiveFork, LiveClose,
-                       Applied,
+                       ModelBuildJob, ModelRunJob, LiveOpen, LiveStep, LiveClose, Applied,
                        Built, Ready, DeviceInfo, Pong, ModelBuilt, ModelRan, LiveState, Failed,
                        Progress, Error, Outcome]
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in typing.get_args(Message)}

@@ -69,7 +69,7 @@ class JobFailed(WorkerError):
 _JOB_STAGES = {"ApplyJob": "apply", "BuildJob": "build", "ReferenceJob": "reference",
                "RunJob": "run", "DescribeJob": "device", "PingJob": "ping",
                "ModelBuildJob": "build", "ModelRunJob": "run", "LiveOpen": "apply",
-               "LiveStep": "apply", "LiveFork": "apply", "LiveClose": "apply"}
+               "LiveStep": "apply", "LiveClose": "apply"}
 
 
 class Worker:

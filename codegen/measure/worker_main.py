@@ -8,9 +8,8 @@ Jobs and replies are the typed messages of ``codegen.measure.protocol``:
   ``Outcome``;
 - ``DescribeJob``: the Device's ``DeviceInfo``; ``PingJob``; ``b"exit"`` ends the worker;
 - ``ModelBuildJob``, ``ModelRunJob``: a whole Relax model built and run (``model_jobs``);
-- ``LiveOpen``, ``LiveStep``, ``LiveFork``, ``LiveClose``: a schedule-aware sampler's live
-  schedules, held here and stepped one statement at a time (or copied from a row that is where
-  the statement takes them); ``LiveState`` (``dragon_dsl.live_view``).
+- ``LiveOpen``, ``LiveStep``, ``LiveClose``: a schedule-aware sampler's live schedules, held
+  here and stepped one statement at a time; ``LiveState`` (``dragon_dsl.live_view``).
 A candidate that does not parse, apply or build answers ``Failed``.  Before each stage the
 worker sends ``Progress``, so the parent can attribute a crash.
 """
@@ -48,7 +47,6 @@ from .protocol import (
     Error,
     Failed,
     LiveClose,
-    LiveFork,
     LiveOpen,
     LiveState,
     LiveStep,
@@ -198,11 +196,6 @@ def live_step(job: LiveStep) -> LiveState | Failed:
     return LiveState(LiveView.of(live).as_data())
 
 
-def live_fork(job: LiveFork) -> Pong:
-    _LIVE[job.key] = _LIVE[job.source].fork()
-    return Pong(os.getpid())
-
-
 def live_close(job: LiveClose) -> Pong:
     for key in job.keys:
         _LIVE.pop(key, None)
@@ -321,7 +314,7 @@ def _model_job(job):
 JOBS = {ApplyJob: apply_job, BuildJob: build_job, ReferenceJob: reference_job, RunJob: run_job,
         DescribeJob: describe_job, PingJob: lambda job: Pong(os.getpid()),
         ModelBuildJob: _model_job, ModelRunJob: _model_job, LiveOpen: live_open,
-        LiveStep: live_step, LiveFork: live_fork, LiveClose: live_close}
+        LiveStep: live_step, LiveClose: live_close}
 
 
 def serve(reader: Connection, writer: Connection) -> None:

@@ -6,12 +6,7 @@ never the sampler.
 measuring machinery's worker: typed messages over a private pipe, a time limit per request, an
 optional memory limit) and answers with a ``dragon_dsl.live_view.LiveView``, the plain data the
 statement grammar reads.  Requests are ``LiveOpen`` (a workload, and the statements to replay),
-``LiveStep`` (one statement), ``LiveFork`` and ``LiveClose`` (``codegen.measure.protocol``).
-Rows of one batch often write the same statements (the same blocks fetched, the same loops
-named, a refinement's unchanged lines): a row whose next statement takes it where another row
-already went, from the same kernel and the same statements, copies that row's schedule
-(``LiveFork``) and takes its answer, refused or not, instead of applying the statement again;
-on a conv2d each application with its answers costs some 85 ms, a copy about one.  When the worker
+``LiveStep`` (one statement) and ``LiveClose`` (``codegen.measure.protocol``).  When the worker
 dies during a request, that request's row ends with ``HolderCrashed``; the worker is started
 again and every other row is re-created there, lazily, by replaying its statements so far.
 
@@ -29,12 +24,10 @@ from typing import Any
 from codegen.measure.protocol import (
     Failed,
     LiveClose,
-    LiveFork,
     LiveOpen,
     LiveState,
     LiveStep,
     Message,
-    Pong,
     WorkloadData,
 )
 from codegen.measure.worker import JobFailed, Worker, WorkerError
@@ -74,10 +67,6 @@ class LiveWorker:
         self.crashes = 0
         self._next_key = 0
         self._workloads: dict[int, tuple[Any, WorkloadData]] = {}
-        # Where rows went: (kernel, statements...) -> (the row that went there, the worker
-        # start it did it in, its answer: a LiveView, or Failed for a refused statement).
-        self._went: dict[tuple, tuple[int, int, LiveView | Failed, WorkloadData]] = {}
-        self.forks = 0   # statements answered by copying another row
 
     def open(self, workload: Any) -> tuple[int, LiveView]:
         """A new live schedule of ``workload``: its key and its state."""
@@ -90,46 +79,15 @@ class LiveWorker:
         """Apply one statement: the state after it, or ``Failed`` (the language or TVM refuses
         it; the schedule is as it was).  Raises ``HolderCrashed`` when the worker died."""
         self._ensure(key, statement)
-        held = self.rows[key]
-        where = (id(held.workload), *held.statements, statement)
-        known = self._went.get(where)
-        if known is not None and self._copies(key, known):
-            return known[2]
         reply = self._call(key, statement, LiveStep(key, statement))
-        answer = reply if isinstance(reply, Failed) else LiveView.from_data(reply.view)
-        if len(self._went) >= _WENT_LIMIT:
-            self._went.clear()
-        self._went[where] = (key, self.generation, answer, held.workload)
-        if isinstance(answer, LiveView):
-            held.statements.append(statement)
-        return answer
-
-    def _copies(self, key: int, known: tuple[int, int, LiveView | Failed, WorkloadData]
-                ) -> bool:
-        """Row ``key`` takes the answer another row had for the same statements: a refusal as
-        it is, a new state by copying that row's schedule while it is still there (True); False
-        when it has moved on or is gone."""
-        source, generation, answer, workload = known
-        held, there = self.rows[key], self.rows.get(source)
-        if workload is not held.workload:  # another kernel under a reused id
-            return False
-        if isinstance(answer, Failed):
-            self.forks += 1
-            return True
-        if there is None or generation != self.generation or there.generation != generation \
-                or len(there.statements) != len(held.statements) + 1 \
-                or there.workload is not workload or there.statements[:-1] != held.statements:
-            return False
-        self._call(key, there.statements[-1], LiveFork(source, key))
-        held.statements.append(there.statements[-1])
-        self.forks += 1
-        return True
+        if isinstance(reply, Failed):
+            return reply
+        self.rows[key].statements.append(statement)
+        return LiveView.from_data(reply.view)
 
     def close(self, keys: list[int]) -> None:
         """Let go of rows (finished samples)."""
         held = [k for k in keys if self.rows.pop(k, None) is not None]
-        if not self.rows:  # no row left to copy from: what rows went through is no use
-            self._went.clear()
         if held and self.worker.alive():
             try:
                 self.worker.call(LiveClose(held), timeout=self.timeout)
@@ -173,7 +131,7 @@ class LiveWorker:
         held.generation = self.generation
         return LiveView.from_data(reply.view)
 
-    def _call(self, key: int, statement: str, job: Message) -> LiveState | Failed | Pong:
+    def _call(self, key: int, statement: str, job: Message) -> LiveState | Failed:
         try:
             reply = self.worker.call(job, timeout=self.timeout)
         except WorkerError as exc:
@@ -182,12 +140,9 @@ class LiveWorker:
                 self.generation += 1
             self.crashes += 1
             raise HolderCrashed(statement, exc) from None
-        assert isinstance(reply, LiveState | Failed | Pong), reply  # Pong: a LiveFork's
+        assert isinstance(reply, LiveState | Failed), reply
         return reply
 
-
-# The answers kept for rows to copy, at most (one sampling call steps a few thousand).
-_WENT_LIMIT = 20_000
 
 _SHARED: dict[tuple, LiveWorker] = {}
 
