@@ -7,9 +7,10 @@ each run is a new Python process, its imports, model, cost model and corpus load
 
 * **dragon**: ``dragon optimize WORKLOAD --json -q`` with the demo's layer configuration
   (``--transfer 8 -k 2 --rounds 0 --search 22``; the built-in model and cost model);
-* **MetaSchedule**: ``tune_tir`` as a user runs it (``codegen.search.metaschedule_best`` in a
-  fresh memo directory, so nothing is read back), ``max_trials_global`` the kernels dragon's
-  first run timed, baselines and re-timing included, as the demo counts them.
+* **MetaSchedule**: ``tune_tir`` as a user runs it (``training.optimize.demo.tune_tir``:
+  ``codegen.search.metaschedule_best`` in a fresh memo directory, so nothing is read back),
+  ``max_trials_global`` the kernels dragon's first run timed, baselines and re-timing
+  included, as the demo counts them.
 
 The two alternate for ``--runs`` rounds (dragon first in even rounds); the table gives each
 side's median, min and max seconds and MetaSchedule's median over dragon's (above 1: dragon
@@ -27,7 +28,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -61,15 +61,14 @@ def run_metaschedule(spec: str, trials: int, seed: int) -> tuple[float, dict]:
 def side(spec: str, trials: int, seed: int) -> None:
     """The MetaSchedule side, inside its own process: prints its trials as JSON."""
     sys.path.insert(0, str(ROOT))
-    from codegen.search.baselines import metaschedule_best
     from codegen.targets import as_target
     from codegen.workloads import workload
+    from training.optimize.demo import tune_tir
 
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="wall-clock-ms-") as memo:
-        best = metaschedule_best(workload(spec), as_target("llvm"), trials, seed=seed,
-                                 cache_dir=memo)
-    print(json.dumps({"trials": best.trials, "tune_tir_s": time.perf_counter() - started}))
+    script, measured, seconds, why = tune_tir(workload(spec), as_target("llvm"), trials, seed)
+    if script is None:
+        raise SystemExit(f"tune_tir: {why}")
+    print(json.dumps({"trials": measured, "tune_tir_s": seconds}))
 
 
 def _row(name: str, values: list[float]) -> str:

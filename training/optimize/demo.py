@@ -32,7 +32,7 @@ from typing import Any
 from codegen.measured import Comparison, compare, speedup
 
 __all__ = ["DEMO_KERNEL", "DEMO_MODEL", "DemoConfig", "KernelShowdown", "compare_kernel",
-           "compare_network", "tune_tir_fresh"]
+           "compare_network", "tune_tir", "tune_tir_fresh"]
 
 DEMO_KERNEL = "dense(m=128,n=3072,k=768,bias=1,act=gelu)"
 DEMO_MODEL = "model(name=bert,preset=tiny)"
@@ -130,8 +130,7 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
     given), ``k`` and ``rounds`` (``width`` samples a round ranked by ``cost_model`` when both
     are given), then ``search`` kernels of MetaSchedule's search seeded with every script
     timed, then MetaSchedule's ``tune_tir`` in a new process (``tune_tir_fresh``) with as many
-    trials as the
-    model's search timed kernels (its baselines and re-timing included, as
+    trials as the model's search timed kernels (its baselines and re-timing included, as
     ``optimize_model`` counts them), then both winners and the baselines re-timed together on
     ``evaluator`` (best without a cache: every figure is from this session)."""
     from codegen.measured import Baselines, measure_beside, outcomes
@@ -177,11 +176,13 @@ def tune_tir_fresh(workload: Any, target: Any, trials: int, seed: int = 0
 
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=context) as pool:
-        return pool.submit(_tune_tir, workload, target, trials, seed).result()
+        return pool.submit(tune_tir, workload, target, trials, seed).result()
 
 
-def _tune_tir(workload: Any, target: Any, trials: int, seed: int
-              ) -> tuple[str | None, int, float, str]:
+def tune_tir(workload: Any, target: Any, trials: int, seed: int = 0
+             ) -> tuple[str | None, int, float, str]:
+    """``tune_tir_fresh``'s work, in this process: ``metaschedule_best`` in a fresh memo
+    directory, timed; the same four results."""
     import tempfile
 
     from codegen.search.baselines import BaselineUnavailable, metaschedule_best
