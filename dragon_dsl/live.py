@@ -28,7 +28,7 @@ from .codec import _Decoder, _Namer
 from .errors import DragonError, DslSemanticError
 from .statements import INSPECTING_OPS
 from .tvm_bridge import OUTPUT_TYPES, Inst, value_to_tvm
-from .tvm_support import as_module, schedule_of, tvm_message
+from .tvm_support import Unchecked, as_module, schedule_of, tvm_message
 
 __all__ = ["DRAWING_OPS", "MOVE_OPS", "LiveSchedule", "Loop", "apply_script", "output_kind"]
 
@@ -226,7 +226,7 @@ class LiveSchedule:
                 raise self._error(stmt, f"the workload refuses {stmt.op}: {tvm_message(exc)}") \
                     from None
             if len(found) != len(inst.outputs):
-                what = (f"block {self.sch.get(inputs[0]).name_hint!r} has {len(found)} loops"
+                what = (f"block {self._q.get(inputs[0]).name_hint!r} has {len(found)} loops"
                         if inst.kind == "GetLoops" else f"it has {len(found)} child blocks")
                 names = ", ".join(f.name if isinstance(f, Loop) else f for f in found)
                 raise self._error(stmt, f"`{stmt.op}` names {len(inst.outputs)} but {what} "
@@ -235,7 +235,7 @@ class LiveSchedule:
             self._check_rfactor(inputs[0], stmt)
         if inst.kind == "SamplePerfectTile" and decision is not None:
             try:
-                loop = self.sch.get(inputs[0])
+                loop = self._q.get(inputs[0])
             except Exception as exc:  # noqa: BLE001
                 raise self._error(stmt, f"the workload refuses {stmt.op}: {tvm_message(exc)}") \
                     from None
@@ -254,7 +254,7 @@ class LiveSchedule:
         leaves two ``NAME_rf`` blocks that MetaSchedule's postprocessors refuse (so no script
         after it could end), and MetaSchedule's own scripts never write it."""
         try:
-            blocks = [self.sch.get(b).name_hint for b in self.sch.get_child_blocks(loop_rv)]
+            blocks = [self._q.get(b).name_hint for b in self._q.get_child_blocks(loop_rv)]
         except Exception:  # noqa: BLE001  TVM's own refusal says it better
             return
         existing = set(self.block_names())
@@ -337,6 +337,11 @@ class LiveSchedule:
 
     # ---- queries --------------------------------------------------------------------------
 
+    @property
+    def _q(self) -> Unchecked:
+        """The schedule for queries: its own random variables need no argument checks."""
+        return Unchecked(self.sch)
+
     def alive(self, name: str) -> bool:
         """Whether ``name`` is bound and what it stands for still exists (a split loop, an
         inlined block do not)."""
@@ -347,11 +352,14 @@ class LiveSchedule:
             return True
         if name in self._locations and self._locations[name][1] < 0:
             return True  # TVM's "root" or "inline" marker: no statement behind it
-        try:
-            self.sch.get(rv)  # raises when the statement it stood for is gone
-            return True
-        except Exception:  # noqa: BLE001  TVM: the sref was removed, or points to nothing
-            return False
+        key = ("alive", name)  # only a change removes what a name stands for
+        if key not in self._memo:
+            try:
+                self._q.get(rv)  # raises when the statement it stood for is gone
+                self._memo[key] = True
+            except Exception:  # noqa: BLE001  TVM: the sref was removed, or points to nothing
+                self._memo[key] = False
+        return self._memo[key]
 
     def names(self, kind: str) -> list[str]:
         """The names in scope of a kind ("block", "loop", "var") that are alive, in binding
@@ -388,7 +396,7 @@ class LiveSchedule:
         out: dict[str, list[str]] = {}
         for name in self.names("block") + self.names("loop"):
             try:
-                keys = list(self.sch.get(self.rvs[name]).annotations.keys())
+                keys = list(self._q.get(self.rvs[name]).annotations.keys())
             except Exception:  # noqa: BLE001  a location mark
                 continue
             if keys:
@@ -405,12 +413,12 @@ class LiveSchedule:
         """The blocks a live name already holds.  ``block "NAME"`` for one of them binds a
         second name to the same block and changes nothing; MetaSchedule's scripts never write
         it before ``postproc`` (none of the kept corpus' scripts do)."""
-        return [self.sch.get(self.rvs[n]).name_hint for n in self.names("block")]
+        return [self._q.get(self.rvs[n]).name_hint for n in self.names("block")]
 
     def block_names(self) -> list[str]:
         """The blocks of the current module (what ``block "NAME"`` may fetch), root first."""
         found: list[tuple[str, bool]] = []
-        _walk_blocks(self.sch.mod["main"].body, found)
+        _walk_blocks(self._q.mod["main"].body, found)
         return list(dict.fromkeys(name for name, _ in found))
 
     def loops(self, block_rv) -> list[Loop]:
@@ -419,8 +427,8 @@ class LiveSchedule:
 
         rv = self.rvs[block_rv] if isinstance(block_rv, str) else block_rv
         found = []
-        for loop_rv in self.sch.get_loops(rv):
-            loop = self.sch.get(loop_rv)
+        for loop_rv in self._q.get_loops(rv):
+            loop = self._q.get(loop_rv)
             extent = int(loop.extent.value) if isinstance(loop.extent, tvm.tirx.IntImm) else None
             found.append(Loop(str(loop.loop_var.name), extent))
         return found
@@ -430,7 +438,7 @@ class LiveSchedule:
         import tvm
 
         try:
-            node = self.sch.get(self.rvs[loop])
+            node = self._q.get(self.rvs[loop])
         except Exception:  # noqa: BLE001  a compute location marker (root, inline)
             return None
         return int(node.extent.value) if isinstance(node.extent, tvm.tirx.IntImm) else None
@@ -439,13 +447,13 @@ class LiveSchedule:
         """The blocks ``children``/``consumers``/``producers``/``output_blocks`` of ``block``
         give."""
         rv = self.rvs[block]
-        get = {"children": self.sch.get_child_blocks, "consumers": self.sch.get_consumers,
-               "producers": self.sch.get_producers,
-               "output_blocks": self.sch.get_output_blocks}[op]
-        return [str(self.sch.get(b).name_hint) for b in get(rv)]
+        get = {"children": self._q.get_child_blocks, "consumers": self._q.get_consumers,
+               "producers": self._q.get_producers,
+               "output_blocks": self._q.get_output_blocks}[op]
+        return [str(self._q.get(b).name_hint) for b in get(rv)]
 
     def _children(self, rv) -> list[str]:
-        return [str(self.sch.get(b).name_hint) for b in self.sch.get_child_blocks(rv)]
+        return [str(self._q.get(b).name_hint) for b in self._q.get_child_blocks(rv)]
 
     def rfactor_rank(self, loop: str) -> int | None:
         """The rank of the buffer a reduction under ``loop`` writes (``rfactor``'s factor axis is
@@ -453,8 +461,8 @@ class LiveSchedule:
         the loop (tried on a copy of the schedule, factor axis 0: a loop that is not a
         reduction's, say; the pooling samples spent retries there)."""
         try:
-            blocks = self.sch.get_child_blocks(self.rvs[loop])
-            ranks = [len(w.source.shape) for b in blocks for w in self.sch.get(b).writes]
+            blocks = self._q.get_child_blocks(self.rvs[loop])
+            ranks = [len(w.source.shape) for b in blocks for w in self._q.get(b).writes]
         except Exception:  # noqa: BLE001  a location marker, or a loop that is gone
             return None
         return max(ranks) if ranks and self._takes("rfactor", loop, (0,)) else None
@@ -475,7 +483,7 @@ class LiveSchedule:
         output of the kernel is refused.  Kept until a statement changes the kernel."""
         key = ("moves", op, block, len(self.kinds))  # names are only added between changes
         if key not in self._memo:
-            sch, rv = self.sch, self.rvs[block]
+            sch, rv = self._q, self.rvs[block]
             drawn = [n for n, (b, _) in self._locations.items() if b == block and self.alive(n)]
             related = sch.get_consumers(rv) if op == "compute_at" else sch.get_producers(rv)
             loops = []
@@ -502,7 +510,7 @@ class LiveSchedule:
         """Loop name in scope -> its TVM loop (hashed by identity), until a change."""
         key = ("loops", len(self.kinds))
         if key not in self._memo:
-            self._memo[key] = {n: self.sch.get(self.rvs[n]) for n in self.names("loop")}
+            self._memo[key] = {n: self._q.get(self.rvs[n]) for n in self.names("loop")}
         return self._memo[key]
 
     def _takes(self, op: str, name: str, args: tuple[str | int, ...]) -> bool:
@@ -511,7 +519,7 @@ class LiveSchedule:
         key = (op, name, args)
         if key not in self._memo:
             try:
-                getattr(self.sch.copy(), op)(self.rvs[name], *(
+                getattr(Unchecked(self._q.copy()), op)(self.rvs[name], *(
                     self.rvs[a] if isinstance(a, str) else a for a in args))
                 self._memo[key] = True
             except Exception:  # noqa: BLE001  TVM's ScheduleError: the op is refused
@@ -520,15 +528,15 @@ class LiveSchedule:
 
     def _writes_output(self, rv) -> bool:
         try:
-            outputs = self.sch.get_output_blocks(self.sch.get_sblock("root"))
+            outputs = self._q.get_output_blocks(self._q.get_sblock("root"))
         except Exception:  # noqa: BLE001  no block named root: narrow nothing
             return False
-        node = self.sch.get(rv)
-        return any(self.sch.get(b).same_as(node) for b in outputs)
+        node = self._q.get(rv)
+        return any(self._q.get(b).same_as(node) for b in outputs)
 
     def buffers(self, block: str) -> tuple[int, int]:
         """How many buffers ``block`` reads and writes."""
-        node = self.sch.get(self.rvs[block])
+        node = self._q.get(self.rvs[block])
         return len(node.reads), len(node.writes)
 
 
