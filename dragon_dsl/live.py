@@ -34,6 +34,9 @@ __all__ = ["DRAWING_OPS", "MOVE_OPS", "LiveSchedule", "Loop", "apply_script", "o
 
 # The statements that move a block under a loop (``LiveSchedule.move_targets``).
 MOVE_OPS = ("compute_at", "reverse_compute_at")
+# Answers an annotation leaves true (``LiveSchedule._memo``'s keys start with these).
+_KEPT_BY_ANNOTATE = frozenset({"alive", "rfactor", "compute_inline", "reverse_compute_inline",
+                               *MOVE_OPS})
 # Statements that draw what a later one uses: a value, a compute location.
 DRAWING_OPS = ("sample_categorical", "sample_compute_location")
 
@@ -152,7 +155,10 @@ class LiveSchedule:
         self.statements += 1
         if stmt.op not in INSPECTING_OPS:
             self.changes += 1
-            self._memo = {}
+            # An annotation moves no loop and no block: what TVM takes (compute_at, inlines,
+            # rfactor) and which names are alive hold; the nodes it rewrote are looked up again.
+            self._memo = {k: v for k, v in self._memo.items() if k[0] in _KEPT_BY_ANNOTATE} \
+                if stmt.op in ("annotate", "unannotate") else {}
         return bound
 
     def _apply(self, stmt: Stmt) -> list[str]:

@@ -31,7 +31,7 @@ from training.sampling import (
     live_worker,
     schedule_aware_generate,
 )
-from training.sampling.live_worker import HolderCrashed, LiveWorker
+from training.sampling.live_worker import HolderCrashed, LivePool, LiveWorker
 
 from .tiny_models import small_model, small_tokenizer
 
@@ -107,6 +107,58 @@ def test_a_crash_costs_its_row_and_the_others_are_replayed(monkeypatch):
         holder.kill()
 
 
+def test_statements_sent_before_a_crash_are_sent_again(monkeypatch):
+    """Requests wait in the worker's pipe (``submit``): when it dies on one row's statement,
+    the statements of other rows sent after it are lost with it, and are sent again (each row
+    replayed in the new worker first) when their results are asked for; nobody else fails."""
+    monkeypatch.setenv(CRASH_ON, "tile j [8, 16] -> j0, j1")
+    wl = workload("matmul(m=128,n=128,k=128)")
+    holder = LiveWorker("llvm")
+    try:
+        a, _ = holder.open(wl)
+        b, _ = holder.open(wl)
+        c, _ = holder.open(wl)
+        for key in (a, b, c):
+            for line in ['block "C" -> C', "loops C -> i, j, k"]:
+                assert isinstance(holder.step(key, line), LiveView)
+        sent = [holder.submit(b, "tile i [4, 32] -> i0, i1"),
+                holder.submit(a, "tile j [8, 16] -> j0, j1"),   # the worker dies here
+                holder.submit(c, "tile k [2, 64] -> k0, k1"),   # lost with it
+                ]
+        first = holder.result(sent[0])
+        assert isinstance(first, LiveView) and first.names("loop")[-2:] == ["i0", "i1"]
+        with pytest.raises(HolderCrashed, match="crashed applying `tile j"):
+            holder.result(sent[1])
+        third = holder.result(sent[2])  # replayed in a new worker, then applied there
+        assert isinstance(third, LiveView), third
+        assert third.statements == 3 and third.names("loop") == ["i", "j", "k0", "k1"]
+        assert holder.crashes == 1 and holder.rows.keys() == {b, c}
+        after = holder.step(b, "parallel i0")  # b too lives on in the new worker
+        assert isinstance(after, LiveView) and after.statements == first.statements + 1
+    finally:
+        holder.kill()
+
+
+def test_a_pool_spreads_rows_and_answers_each_from_its_own_worker():
+    wl = workload("matmul(m=128,n=128,k=128)")
+    pool = LivePool("llvm", workers=2)
+    try:
+        keys = [pool.open(wl)[0] for _ in range(4)]
+        assert [len(h.rows) for h in pool.holders] == [2, 2]
+        assert len({h.worker.pid for h in pool.holders}) == 2
+        tickets = [pool.submit(k, 'block "C" -> C') for k in keys]
+        views = [pool.result(t) for t in reversed(tickets)]  # any order
+        assert all(isinstance(v, LiveView) and v.names("block") == ["C"] for v in views)
+        refused = pool.step(keys[1], "loops C -> i, j")  # C has three loops
+        assert not isinstance(refused, LiveView) and "3" in refused.message
+        pool.close(keys[:2])
+        assert sum(len(h.rows) for h in pool.holders) == 2
+    finally:
+        pool.kill()
+    with pytest.raises(ValueError, match="workers >= 1"):
+        LivePool("llvm", workers=0)
+
+
 @pytest.fixture(scope="module")
 def tokenizer():
     return small_tokenizer()
@@ -143,13 +195,13 @@ def test_a_crashing_statement_fails_its_sample_and_the_batch_completes(model, to
                                                                       holders, monkeypatch):
     # Which statements each row asks the holder to apply, refused ones included.
     asked: dict[int, list[str]] = {}
-    step = LiveWorker.step
+    submit = LivePool.submit
 
     def recording(self, key, statement):
         asked.setdefault(key, []).append(statement)
-        return step(self, key, statement)
+        return submit(self, key, statement)
 
-    monkeypatch.setattr(LiveWorker, "step", recording)
+    monkeypatch.setattr(LivePool, "submit", recording)
     clean = generate(model, tokenizer, ScheduleAwareConfig())
     assert all(r.applies for r in clean)
     rows = [asked.get(key, []) for key in range(len(clean))]  # a new holder keys rows 0, 1, ..

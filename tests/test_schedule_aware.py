@@ -168,6 +168,28 @@ def applies(live: LiveSchedule, line: str) -> bool:
     return True
 
 
+@pytest.mark.parametrize("spec", ["conv2d(h=14,w=14,ci=16,co=16)", "pool2d(kind=avg)",
+                                  "layer_norm(m=32,n=64)"])
+def test_answers_kept_across_an_annotation_are_those_of_a_fresh_schedule(spec):
+    """An annotation keeps what TVM takes (moves, inlines, rfactor) and which names are alive
+    (``LiveSchedule._memo``); after each of MetaSchedule's annotations the live schedule
+    answers as one that applied the same statements afresh."""
+    wl = workload(spec)
+    checked = 0
+    for trace in sample_traces(wl.mod, "llvm", "llvm", 2, seed=3):
+        lines = expand_ranges(dragon_dsl.from_trace(trace, postproc="auto", postproc_set="llvm",
+                                                    workload=wl)).splitlines()
+        live = LiveSchedule(wl, "llvm")
+        for n, line in enumerate(lines[:-1]):
+            LiveView.of(live)  # every answer asked, and memoized, before the statement
+            live.step(line)
+            if line.startswith(("annotate ", "unannotate ")):
+                fresh = apply_script("\n".join(lines[:n + 1]), wl, "llvm")
+                assert LiveView.of(live).as_data() == LiveView.of(fresh).as_data(), line
+                checked += 1
+    assert checked >= 4
+
+
 def test_a_block_is_inlined_or_moved_only_where_tvm_takes_it():
     """The held-out pooling kernels' samples spent their retries on `compute_inline` of the
     pooling reduction and on moving the padding under its own loops; TVM refuses both.  The
@@ -502,9 +524,9 @@ def test_a_refused_closing_ends_the_sample_at_once(model, tokenizer, monkeypatch
     from training.prompts.templates import construction_prompt
     from training.sampling.schedule_aware import ScheduleAwareConfig, _Decoder
 
-    apply = _Decoder._apply
-    monkeypatch.setattr(_Decoder, "_apply", lambda self, row, text: "refused for the test"
-                        if text.startswith("postproc") else apply(self, row, text))
+    outcome = _Decoder._outcome  # what the schedule says of the statement submitted
+    monkeypatch.setattr(_Decoder, "_outcome", lambda self, row: "refused for the test"
+                        if row.ticket[0].startswith("postproc") else outcome(self, row))
     wl = workload(SPECS[0])
     stats: dict = {}
     out = sample_schedule_aware(model, tokenizer, construction_prompt(wl, "llvm"), wl, "llvm",

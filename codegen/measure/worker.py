@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from multiprocessing.connection import Connection
 
 from dragon_dsl.errors import DragonError
@@ -73,7 +74,8 @@ _JOB_STAGES = {"ApplyJob": "apply", "BuildJob": "build", "ReferenceJob": "refere
 
 
 class Worker:
-    """One worker process.  ``call`` runs a job and returns its reply.
+    """One worker process.  ``call`` runs a job and returns its reply; ``send`` queues jobs and
+    ``receive`` gives their replies in order (the caller works while the worker does).
 
     >>> from codegen.measure.protocol import PingJob
     >>> with Worker() as w:
@@ -88,6 +90,7 @@ class Worker:
         self.memory_limit_mb = memory_limit_mb
         self.proc: subprocess.Popen | None = None
         self.stage: str | None = None  # the stage the current job has reached
+        self._waiting: deque[str] = deque()  # the stage of each job sent and not answered
         self._stderr = None  # the worker's stderr: a temporary file, emptied at each job
 
     @property
@@ -120,15 +123,34 @@ class Worker:
 
     def call(self, job: Message, timeout: float) -> Message:
         """Run one job.  Raises JobTimeout, JobCrashed or JobFailed; restarts lazily."""
-        if not self.alive():
+        self.send(job)
+        return self.receive(timeout)
+
+    def send(self, job: Message) -> None:
+        """Queue one job without waiting: the worker runs its jobs in the order sent, and
+        ``receive`` gives their replies in that order.  A worker that died is started again
+        only when nothing sent to it is waiting (those jobs' ``receive`` reports the death)."""
+        if not self.alive() and not self._waiting:
             self.close()
             self.start()
         assert self.proc is not None
-        stage = self.stage = _JOB_STAGES.get(type(job).__name__, "job")
-        if self._stderr is not None:  # the worker shares the offset: it writes from 0 again
-            self._stderr.seek(0)
-            self._stderr.truncate()
-        self._writer.send_bytes(encode(job))
+        self._waiting.append(_JOB_STAGES.get(type(job).__name__, "job"))
+        if len(self._waiting) == 1:
+            self.stage = self._waiting[0]
+            if self._stderr is not None:  # the worker shares the offset: it writes from 0 again
+                self._stderr.seek(0)
+                self._stderr.truncate()
+        try:
+            self._writer.send_bytes(encode(job))
+        except OSError:  # the worker is gone: receive says how
+            pass
+
+    def receive(self, timeout: float) -> Message:
+        """The reply to the oldest job sent and not yet answered, waiting at most ``timeout``
+        seconds.  Raises JobTimeout, JobCrashed (every job still waiting is lost with the
+        worker) or JobFailed (the job raised; the worker goes on)."""
+        assert self._waiting, "nothing was sent"
+        stage = self.stage = self._waiting[0]
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -143,7 +165,8 @@ class Worker:
                 if isinstance(message, Progress):
                     stage = self.stage = message.stage
                     continue
-                self.stage = None
+                self._waiting.popleft()
+                self.stage = self._waiting[0] if self._waiting else None
                 if isinstance(message, Error):
                     raise JobFailed(stage, message.message)
                 return message
@@ -210,6 +233,7 @@ class Worker:
                 conn.close()
         self._reader = self._writer = None  # type: ignore[assignment]
         self.proc = None
+        self._waiting.clear()  # whatever was sent is lost with the process
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None

@@ -14,7 +14,11 @@ Each row of the batch holds
   loop's current extent, names in scope of the right kind, canonical result names, ...
 
 Every step masks the logits with both matchers.  When a statement is complete (its newline),
-it is applied; if TVM refuses it, the statement is rolled back (its tokens leave the sequence:
+it is sent to be applied, and the row's newline goes into the model's forward pass meanwhile
+(isolated, the schedules are spread over ``holders`` worker processes, so that statements
+completed at one step are applied at once, beside the model); the next step reads how it went
+(the same samples as applying it at once: nothing is drawn for the row in between).  If TVM
+refuses it, the statement is rolled back (its tokens leave the sequence:
 their key/value columns are masked out and the next logits are those saved at the statement's
 start) and sampled again, at most ``statement_retries`` times per statement and
 ``sample_retries`` per sample.  A sample out of retries, or near its token budget, is closed
@@ -78,6 +82,9 @@ class ScheduleAwareConfig:
         "help": "Seconds one statement may take in the worker before it is killed (isolate)."})
     holder_memory_mb: int = field(default=0, metadata={
         "help": "Memory the worker may use before it is killed, in MiB; 0: no limit (isolate)."})
+    holders: int = field(default=2, metadata={
+        "help": "Worker processes holding the rows' schedules (isolate): statements of rows "
+                "completed at the same step are applied at the same time."})
 
 
 @dataclass
@@ -122,6 +129,7 @@ class _Row:
         self.finish_reason = "length"
         self.error = ""
         self.failed = False
+        self.ticket: Any = None            # a statement being applied (its text, its ticket)
 
 
 _WHOLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -196,8 +204,8 @@ class _Decoder:
         self.eos = eos
         self.config = config
         self.holder = shared(target, timeout=config.holder_timeout,
-                             memory_limit_mb=config.holder_memory_mb or None) \
-            if config.isolate else None
+                             memory_limit_mb=config.holder_memory_mb or None,
+                             workers=config.holders) if config.isolate else None
         self.llg = llg_tokenizer(tokenizer, eos)
         self.whole = _whole_matcher(tokenizer, self.llg, tuple(eos), self.stop)
         self.templates = _Templates(self.llg, config.grammar_cache)
@@ -221,20 +229,30 @@ class _Decoder:
         key, view = self.holder.open(workload)
         return _Row(view, self.whole.deep_copy(), key)
 
-    def _apply(self, row: _Row, text: str) -> str:
-        """Apply one statement to the row's schedule: "" when it applied, else why not.
+    def _submit(self, row: _Row, text: str) -> None:
+        """Start applying one statement to the row's schedule (in this process: apply it now).
         Raises ``HolderCrashed`` when the process holding it died."""
         if self.holder is None:
             try:
                 row.live.step(text)
+                outcome = ""
             except dragon_dsl.DragonError as exc:
-                return str(exc)
+                outcome = str(exc)
+        else:
+            outcome = self.holder.submit(row.key, text)
+        row.ticket = (text, outcome)
+
+    def _outcome(self, row: _Row) -> str:
+        """The submitted statement's outcome: "" when it applied, else why not.  Raises
+        ``HolderCrashed`` when the process holding it died."""
+        _, outcome = row.ticket
+        if self.holder is None:
+            return outcome
+        reply = self.holder.result(outcome)
+        if isinstance(reply, LiveView):
+            row.live = reply
             return ""
-        outcome = self.holder.step(row.key, text)
-        if isinstance(outcome, LiveView):
-            row.live = outcome
-            return ""
-        return outcome.message
+        return reply.message
 
     def _new_statement(self, row: _Row, row_index: int) -> None:
         """Row ``row`` is between statements: the statement matcher for what may come next."""
@@ -254,26 +272,47 @@ class _Decoder:
         row.stmt_start = len(row.tokens)
         row.tries = 0
 
-    def _complete(self, row: _Row, row_index: int) -> bool:
-        """The statement just ended with its newline: apply it.  False: it was refused and
-        rolled back."""
+    def _complete(self, row: _Row) -> bool:
+        """The statement just ended with its newline: send it to be applied (its newline is
+        fed to the model meanwhile); the next step reads the outcome (``_resolve``).  False:
+        the process holding the schedule died; the row ends."""
         text = self.llg.decode_bytes(row.tokens[row.stmt_start:]).decode("utf-8", "replace")
         text = text[:text.index("\n")]
         start = time.perf_counter()
         try:
-            refused = self._apply(row, text)
-        except HolderCrashed as exc:
-            # The schedule is gone with its process: this sample ends with the script so far.
-            self._roll_back(row)
-            row.error, row.failed, row.finished, row.plan = str(exc), True, True, []
-            row.finish_reason = "error"
+            self._submit(row, text)
+        except HolderCrashed as exc:  # replaying the row in a new worker failed
+            self._crashed(row, exc)
             return False
         finally:
             self.stats.replay_seconds.append(time.perf_counter() - start)
+        return True
+
+    def _crashed(self, row: _Row, exc: HolderCrashed) -> None:
+        # The schedule is gone with its process: this sample ends with the script so far.
+        self._roll_back(row)
+        row.error, row.failed, row.finished, row.plan = str(exc), True, True, []
+        row.finish_reason = "error"
+
+    def _resolve(self, row: _Row, row_index: int, after: torch.Tensor) -> None:
+        """Read the outcome of the row's statement: applied, the next statement's matcher
+        (and the logits ``after`` its newline); refused, the statement rolled back, newline
+        included (``row.pending``: the logits at its start)."""
+        start = time.perf_counter()
+        try:
+            refused = self._outcome(row)
+        except HolderCrashed as exc:
+            row.ticket = None
+            self._crashed(row, exc)
+            return
+        finally:
+            self.stats.replay_seconds.append(time.perf_counter() - start)
+        row.ticket = None
         row.error = refused
         if not refused:
             self._new_statement(row, row_index)
-            return True
+            row.pending = after
+            return
         self._roll_back(row)
         row.tries += 1
         row.resampled += 1
@@ -283,13 +322,12 @@ class _Decoder:
             # marker cannot follow a script without it: the sample ends, failed, as it stands.
             row.failed, row.finished, row.plan, row.finish_reason = True, True, [], "error"
             row.error = f"the closing `postproc auto {self.postproc_set}` was refused: {refused}"
-            return False
+            return
         if row.tries > self.config.statement_retries or \
                 row.resampled > self.config.sample_retries:
             # Out of retries: close the script.
             row.failed = True
             row.plan = list(self.closing)
-        return False
 
     def _roll_back(self, row: _Row) -> None:
         """Take the current statement's tokens back out of the row."""
@@ -388,6 +426,10 @@ class _Decoder:
         for i, row in enumerate(rows):
             if row.finished:
                 continue
+            if row.ticket is not None:  # its statement was applied meanwhile: how did it go?
+                self._resolve(row, prompt_rows[i], logits[i])
+                if row.finished:
+                    continue
             if row.pending is not None:
                 logits[i] = row.pending
                 row.pending = None
@@ -480,7 +522,7 @@ class _Decoder:
         row.logprobs.append(logprob)
         row.forced.append(forced)
         if self._has_newline(token) and row.live.postproc_set is None:
-            if not self._complete(row, prompt_row):
+            if not self._complete(row):
                 return None
         if row.whole.is_accepting() and row.live.postproc_set is not None and \
                 self.stop and self.llg.decode_bytes(row.tokens).endswith(self.stop.encode()):
