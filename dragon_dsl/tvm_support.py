@@ -89,7 +89,30 @@ def host_llvm() -> dict[str, Any]:
     plain ``llvm``; ``docs/vs-metaschedule`` measures the difference."""
     from tvm.target import codegen
 
-    return {**TARGETS["llvm"], "mcpu": str(codegen.llvm_get_system_cpu())}
+    target = {**TARGETS["llvm"], "mcpu": str(codegen.llvm_get_system_cpu())}
+    missing = _features_not_enabled()
+    if missing:  # a VM may name a CPU (znver4) whose AVX-512 its host does not pass through:
+        target["mattr"] = [f"-{f}" for f in missing]  # such kernels die of SIGILL
+    return target
+
+
+# x86 features LLVM implies from a CPU name, spelled as Linux's /proc/cpuinfo spells them.
+_X86_FEATURES = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512cd", "avx512dq",
+                 "avx512vl")
+
+
+def _features_not_enabled() -> list[str]:
+    """The features of ``_X86_FEATURES`` this machine's kernel does not report (none off
+    x86 Linux, where there is nothing to read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")),
+                         None)
+    except OSError:
+        return []
+    if not flags or "sse2" not in flags:
+        return []
+    return [feat for feat in _X86_FEATURES if feat not in flags]
 
 
 # Short target names: a target spec, or a function that makes one on this machine.  "cuda" is
