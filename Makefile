@@ -84,9 +84,14 @@ $(PIPELINE)/eval/summary.json: $(PIPELINE)/rl-tiny/result.json
 # parameters, 2.5 MB) trained by the pipeline's tiny SFT stage on the kept corpus' datasets
 # (prompt format 2), 600 steps, the last checkpoint (validation loss does not choose: what the
 # scripts do does).  About 10 minutes on 2 quiet cores.  DEFAULT_STAGE=rl ships the RL stage
-# trained from it instead; the cost model beside the old model is kept.
+# trained from it instead; the cost model beside the old model is kept.  It trains on the
+# datasets the shipped model was trained on: the kept corpus' as they stood at commit
+# DEFAULT_DATA_COMMIT (its first 489 workloads), read out of git, so that the corpus' datasets
+# can be rebuilt from more workloads without changing what this target makes;
+# DEFAULT_DATA=corpus/llvm trains on the datasets as they are now.
 DEFAULT_RUNS ?= $(PIPELINE)/default-model
-DEFAULT_DATA ?= corpus/llvm
+DEFAULT_DATA_COMMIT ?= cd7632a
+DEFAULT_DATA ?= $(DEFAULT_RUNS)/data-$(DEFAULT_DATA_COMMIT)
 DEFAULT_SFT_FLAGS ?= --hidden-size 128 --layers 2 --heads 4 --max-steps 600 --save-steps 200 \
 	--no-keep-best
 DEFAULT_RL_FLAGS ?= --max-steps 90 --save-steps 10
@@ -94,6 +99,10 @@ DEFAULT_STAGE ?= sft
 MODEL_FILES := config.json generation_config.json model.safetensors tokenizer.json \
 	tokenizer_config.json
 default-model: | $(STAMP)
+	$(if $(filter $(DEFAULT_RUNS)/data-%,$(DEFAULT_DATA)),test -f $(DEFAULT_DATA)/refinement/dataset_dict.json || \
+	    { rm -rf $(DEFAULT_DATA) && mkdir -p $(DEFAULT_DATA) && \
+	      git archive $(DEFAULT_DATA_COMMIT) corpus/llvm/construction corpus/llvm/refinement | \
+	      tar -x -C $(DEFAULT_DATA) --strip-components=2; })
 	$(MAKE) $(DEFAULT_RUNS)/$(DEFAULT_STAGE)-tiny/result.json PIPELINE=$(DEFAULT_RUNS) \
 	    DATA=$(DEFAULT_DATA) SFT_FLAGS="$(DEFAULT_SFT_FLAGS)" RL_FLAGS="$(DEFAULT_RL_FLAGS)"
 	rm -rf training/models/dragon-tiny.new && mkdir -p training/models/dragon-tiny.new

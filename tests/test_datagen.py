@@ -170,6 +170,49 @@ def test_kill_9_then_rerun_loses_and_repeats_nothing(tmp_path, clean_run, dragon
     assert not leftovers or all(not n.endswith((".json", ".jsonl")) for n in leftovers)
 
 
+# How the kept corpus grows (corpus/README.md): a packed run, a workload appended to its list,
+# `--grow 1 --pack`, killed in the middle of the appended task's search (the manifest already
+# lists it).  The same command without --append, run again, ends it: what was packed before
+# reads back as it was, the appended task is committed once, and everything ends up packed.
+@pytest.mark.slow
+def test_kill_9_while_growing_by_an_appended_workload_loses_nothing(tmp_path, clean_run,
+                                                                   dragon_cmd):
+    out = str(tmp_path / "out")
+    shutil.copytree(clean_run, out)
+    packed = dragon_cmd(_command(out, "--pack")[1:])
+    assert packed.returncode == 0, packed.stderr
+    before = {k: RecordStore(out).read(k) for k in RecordStore(out).done()}
+    appended = "layer_norm(m=16,n=64)"
+    proc = subprocess.Popen(_command(out, "--append", appended, "--grow", "1", "--pack"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    manifest = os.path.join(out, "datagen.json")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # the list took the append: its search is under way
+        with open(manifest, encoding="utf-8") as f:
+            if json.load(f).get("appended") == [appended]:
+                break
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.05)
+    time.sleep(1.0)    # into the search (TVM's import and first design space take longer)
+    assert proc.poll() is None, "killed mid-task, not after it"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    store = RecordStore(out)
+    assert {k: store.read(k) for k in store.done()} == before, "nothing committed, nothing lost"
+
+    resumed = dragon_cmd(_command(out, "--grow", "1", "--pack")[1:])
+    assert resumed.returncode == 0, resumed.stderr
+    store = RecordStore(out)
+    done = store.done()
+    assert len(done) == len(SPECS) + 1 and set(before) < set(done)
+    assert {k: store.read(k) for k in before} == before
+    (new,) = set(done) - set(before)
+    records = store.read(new)
+    assert records[0].workload == appended and [r.index for r in records] == list(range(8))
+    assert os.listdir(os.path.join(out, "tasks")) == [], "the rerun packed the appended task"
+    assert sorted(os.listdir(os.path.join(out, "shards"))) == ["00000.jsonl.gz"]
+
+
 def _cut_short(text: str) -> str:
     """A records file's text cut inside a line (halfway may fall just after a newline, which
     is not a partial write)."""
