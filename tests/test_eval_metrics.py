@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from training.evaluate.metrics import budget_curves, head_to_head, summarize
+from training.evaluate.metrics import budget_curves, head_to_head, self_duel, sign_test, summarize
 
 
 def _row(model, task, attempt, status, latency, unscheduled, metaschedule, start=None):
@@ -90,3 +90,29 @@ def test_head_to_head_ties_within_the_best_kernels_spread_when_it_is_larger_than
     # Without spreads only the fixed tie counts: 10% is a win.
     plain = [dict(r, latency_s=0.9) if r is ROWS[0] else r for r in ROWS]
     assert head_to_head(plain, "a", "b", "refinement")["wins_a"] == 1
+
+
+def test_a_model_against_itself_decides_only_where_its_attempts_differ():
+    # t1: every attempt the same kernel time, never decided; t2: one fast attempt in four, so
+    # two bootstrap draws disagree on the best whenever exactly one of them holds it.
+    rows = [_row("a", "t1", i, "correct", 1.0, 4.0, 2.0) for i in range(4)]
+    rows += [_row("a", "t2", i, "correct", 1.0 if i == 0 else 3.0, 4.0, 2.0) for i in range(4)]
+    duel = self_duel(rows, "a", "refinement", rounds=2000, seed=1)
+    held = 1 - (3 / 4) ** 4                     # a draw of four holds the fast attempt
+    assert duel["tasks"] == 2
+    assert duel["decided"] == pytest.approx(2 * held * (1 - held), abs=0.03)
+    # An attempt that failed counts as no kernel: a draw without a correct one loses.
+    failing = [dict(r, status="runtime_error", latency_s=None) if r["attempt"] else r
+               for r in rows if r["task"] == "t1"]
+    assert self_duel(failing, "a", "refinement", rounds=2000)["decided"] == pytest.approx(
+        2 * held * (1 - held), abs=0.03)
+    assert self_duel(rows, "b", "refinement")["tasks"] == 0
+
+
+def test_the_sign_test_leaves_out_ties_and_is_two_sided():
+    def p(a, b, ties=0):
+        return sign_test({"wins_a": a, "wins_b": b, "ties": ties, "tasks": a + b + ties})
+    assert p(7, 7, 19) == 1.0 and p(0, 0, 5) == 1.0
+    assert p(10, 1) == pytest.approx(p(1, 10)) == pytest.approx(24 / 2 ** 11)
+    assert p(10, 1, ties=50) == p(10, 1)
+    assert p(88, 14) < 1e-12 and p(24, 17) > 0.3

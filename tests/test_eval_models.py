@@ -102,7 +102,12 @@ def test_every_attempt_is_measured_beside_its_references(evaluation, models):
         for pair, h in summary["head_to_head"][kind].items():
             for key in h:
                 assert sum(f[pair][key] for f in families.values()) == h[key]
-    assert "| early vs final |" in (out / "report.md").read_text()
+        # each model against itself: what sampling alone decides, at most every task
+        for model, duel in summary["head_to_head_noise"][kind].items():
+            assert duel["tasks"] == 1 and 0 <= duel["decided"] <= 1, model
+    report = (out / "report.md").read_text()
+    assert "| early vs final |" in report and "sign test p" in report
+    assert "Sampling alone: each model against itself" in report
 
 
 def test_the_scripts_of_every_model_are_counted_beside_metaschedules(evaluation):

@@ -49,7 +49,8 @@ from dragon_dsl.errors import DragonError
 from dragon_dsl.stats import script_stats
 
 __all__ = ["FAST_P", "best_by_task", "budget_curves", "by_family", "fast_p", "geomean",
-           "head_to_head", "head_to_head_by_family", "slow_tasks", "summarize"]
+           "head_to_head", "head_to_head_by_family", "self_duel", "sign_test", "slow_tasks",
+           "summarize"]
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
 _NOT_PARSED = {"parse_error"}
@@ -264,6 +265,63 @@ def head_to_head(rows: list[dict[str, Any]], a: str, b: str, kind: str, *,
             verdict = compare(_timed(y), _timed(x), floor=tie).verdict
         out[{"faster": "wins_a", "slower": "wins_b", "tie": "ties"}[verdict]] += 1
     return out
+
+
+def sign_test(h: dict[str, int]) -> float:
+    """The two-sided exact sign test of a head to head (``head_to_head``'s counts): the chance
+    of a split of its decided tasks (ties left out) at least this uneven if each were a coin
+    toss between the two models; 1.0 when none was decided.
+
+    >>> sign_test({"wins_a": 88, "wins_b": 14, "ties": 0, "tasks": 102}) < 1e-12
+    True
+    >>> sign_test({"wins_a": 7, "wins_b": 7, "ties": 19, "tasks": 33})
+    1.0
+    >>> round(sign_test({"wins_a": 10, "wins_b": 1, "ties": 0, "tasks": 11}), 4)
+    0.0117
+    """
+    from scipy.stats import binomtest
+
+    decided = h["wins_a"] + h["wins_b"]
+    return 1.0 if decided == 0 else float(binomtest(h["wins_a"], decided, 0.5).pvalue)
+
+
+def self_duel(rows: list[dict[str, Any]], model: str, kind: str, *, tie: float = 0.02,
+              rounds: int = 200, seed: int = 0) -> dict[str, float]:
+    """``model`` against itself, its attempts drawn again: each round draws every task's
+    attempts twice with replacement (a bootstrap, as many as it made) and compares the two
+    best kernels as ``head_to_head`` compares two models'.  ``decided``: the mean number of
+    tasks a round decided (either way), what sampling alone gives; a head to head between two
+    models that decides not many more tasks than this says nothing about which is better.
+
+    >>> rows = [{"model": "a", "task": t, "kind": "k", "status": "correct", "latency_s": s}
+    ...         for t, s in (("same", 1.0), ("same", 1.0), ("apart", 1.0), ("apart", 3.0))]
+    >>> d = self_duel(rows, "a", "k", rounds=400)
+    >>> d["tasks"], 0.3 < d["decided"] < 0.6       # "apart": 3 of 8 pairs of draws differ
+    (2, True)
+    """
+    import random
+
+    attempts: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row["model"] == model and row["kind"] == kind and row["status"] != "skipped":
+            attempts[row["task"]].append(row)
+    rng = random.Random(seed)
+
+    def best(drawn: list[dict[str, Any]]) -> dict[str, Any] | None:
+        correct = [r for r in drawn if r["status"] == "correct" and r.get("latency_s")]
+        return min(correct, key=lambda r: r["latency_s"]) if correct else None
+
+    decided = 0
+    for _ in range(rounds):
+        for task_rows in attempts.values():
+            x = best(rng.choices(task_rows, k=len(task_rows)))
+            y = best(rng.choices(task_rows, k=len(task_rows)))
+            if (x is None) != (y is None) or (
+                    x is not None and y is not None
+                    and compare(_timed(y), _timed(x), floor=tie).verdict != "tie"):
+                decided += 1
+    return {"decided": decided / rounds if rounds else 0.0, "tasks": len(attempts),
+            "rounds": rounds}
 
 
 def head_to_head_by_family(rows: list[dict[str, Any]], names: list[str], kind: str, *,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from training.evaluate.metaschedule import NAME as METASCHEDULE
-from training.evaluate.metrics import FAST_P, best_by_task
+from training.evaluate.metrics import FAST_P, best_by_task, sign_test
 
 __all__ = ["markdown", "write_report"]
 
@@ -74,11 +74,21 @@ def markdown(summary: dict[str, Any]) -> str:
         lines += _curve_table(summary.get("curves", {}), kind)
         pairs = summary["head_to_head"].get(kind, {})
         if pairs:
-            lines += ["", "| head to head | wins | wins | ties | tasks |", "|---|---|---|---|---|"]
+            lines += ["", "| head to head | wins | wins | ties | tasks | sign test p |",
+                      "|---|---|---|---|---|---|"]
             for pair, h in pairs.items():
                 a, b = pair.split(" vs ")
                 lines.append(f"| {pair} | {a}: {h['wins_a']} | {b}: {h['wins_b']} | "
-                             f"{h['ties']} | {h['tasks']} |")
+                             f"{h['ties']} | {h['tasks']} | {sign_test(h):.3g} |")
+            noise = summary.get("head_to_head_noise", {}).get(kind, {})
+            if noise:
+                lines += ["", "Sampling alone: each model against itself, its attempts drawn "
+                          "again with replacement (" + ", ".join(
+                              f"{m} {d['decided']:.1f} of {d['tasks']} tasks decided"
+                              for m, d in noise.items())
+                          + f", the mean of {next(iter(noise.values()))['rounds']} draws).  "
+                          "A head to head that decides not many more tasks than this, or whose "
+                          "sign test p is large, says nothing about which model is better."]
         lines += _family_table(summary.get("by_family", {}).get(kind, {}), kind,
                                summary.get("head_to_head_by_family", {}).get(kind, {}))
         lines.append("")

@@ -54,6 +54,7 @@ from training.evaluate.metrics import (
     by_family,
     head_to_head,
     head_to_head_by_family,
+    self_duel,
     slow_tasks,
     summarize,
 )
@@ -346,7 +347,10 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
                "curves": budget_curves(rows), "by_family": by_family(rows),
                "head_to_head_by_family": {
                    kind: head_to_head_by_family(rows, names, kind, tie=config.tie)
-                   for kind in config.kinds}}
+                   for kind in config.kinds},
+               "head_to_head_noise": {
+                   kind: {m: self_duel(rows, m, kind, tie=config.tie) for m in names}
+                   for kind in config.kinds} if len(names) >= 2 else {}}
     if config.min_unscheduled_us:
         summary["min_unscheduled_us"] = config.min_unscheduled_us
         summary["left_out"] = {k: sum(t.kind == k and t.id not in kept for t in tasks)
