@@ -206,8 +206,20 @@ def test_metaschedule_console_shows_warnings_only_unless_the_user_set_a_level(se
         logger.setLevel(before)
 
 
+@pytest.fixture
+def no_level_set():
+    """A user who set no level on MetaSchedule's logger, whatever an earlier test in this
+    process left there (a bare tune_tir leaves DEBUG, which reads as the user's choice)."""
+    logger = logging.getLogger("tvm.s_tir.meta_schedule")
+    before = logger.level
+    logger.setLevel(logging.NOTSET)
+    yield
+    logger.setLevel(before)
+
+
 @pytest.mark.slow
-def test_metaschedule_best_llvm_tunes_round_trips_and_memoises(tmp_path, capsys):
+def test_metaschedule_best_llvm_tunes_round_trips_and_memoises(tmp_path, capsys,
+                                                               no_level_set):
     wl = workload(MATMUL)
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # a fresh cache must not warn

@@ -47,13 +47,15 @@ def _tune(spec: str, work_dir: str, builder) -> None:
     """MetaSchedule's own tune_tir: 8 trials, a random cost model."""
     from tvm.s_tir import meta_schedule as ms
 
-    from codegen.search.baselines import unnamed_handlers_aside
+    from codegen.search.baselines import console_warnings_only, unnamed_handlers_aside
     from codegen.targets import as_target, import_tensor_intrinsics, schedule_rules
 
     import_tensor_intrinsics()   # TuneContext imports them; this way costs seconds, not minutes
     # tune_tir lists the handlers of its logger by name, and a second call in one process
-    # meets pytest's unnamed capture handler there (str.format on None): keep them out.
-    with unnamed_handlers_aside():
+    # meets pytest's unnamed capture handler there (str.format on None): keep them out.  And
+    # it leaves its logger at DEBUG, which a later test in this process would read as a level
+    # the user chose: put it back after.
+    with unnamed_handlers_aside(), console_warnings_only():
         ms.tune_tir(workload(spec).mod, as_target(TARGET), work_dir, max_trials_global=8,
                     num_trials_per_iter=8, builder=builder,
                     runner=ms.runner.LocalRunner(timeout_sec=60), cost_model="random",
