@@ -256,15 +256,19 @@ def head_to_head(rows: list[dict[str, Any]], a: str, b: str, kind: str, *,
                    & {r["task"] for r in rows if r["model"] == b})
     out = {"wins_a": 0, "wins_b": 0, "ties": 0, "tasks": len(tasks)}
     for task in tasks:
-        x, y = best[(a, task)], best[(b, task)]
-        if x is None and y is None:
-            verdict = "tie"
-        elif x is None or y is None:
-            verdict = "slower" if x is None else "faster"
-        else:
-            verdict = compare(_timed(y), _timed(x), floor=tie).verdict
+        verdict = _verdict(best[(a, task)], best[(b, task)], tie)
         out[{"faster": "wins_a", "slower": "wins_b", "tie": "ties"}[verdict]] += 1
     return out
+
+
+def _verdict(x: dict[str, Any] | None, y: dict[str, Any] | None, tie: float) -> str:
+    """Whether best row ``x`` is "faster" or "slower" than ``y``, or a "tie" (None: no
+    correct kernel, which loses to any)."""
+    if x is None and y is None:
+        return "tie"
+    if x is None or y is None:
+        return "slower" if x is None else "faster"
+    return compare(_timed(y), _timed(x), floor=tie).verdict
 
 
 def sign_test(h: dict[str, int]) -> float:
@@ -306,20 +310,12 @@ def self_duel(rows: list[dict[str, Any]], model: str, kind: str, *, tie: float =
         if row["model"] == model and row["kind"] == kind and row["status"] != "skipped":
             attempts[row["task"]].append(row)
     rng = random.Random(seed)
-
-    def best(drawn: list[dict[str, Any]]) -> dict[str, Any] | None:
-        correct = [r for r in drawn if r["status"] == "correct" and r.get("latency_s")]
-        return min(correct, key=lambda r: r["latency_s"]) if correct else None
-
     decided = 0
     for _ in range(rounds):
-        for task_rows in attempts.values():
-            x = best(rng.choices(task_rows, k=len(task_rows)))
-            y = best(rng.choices(task_rows, k=len(task_rows)))
-            if (x is None) != (y is None) or (
-                    x is not None and y is not None
-                    and compare(_timed(y), _timed(x), floor=tie).verdict != "tie"):
-                decided += 1
+        for task, task_rows in attempts.items():
+            x, y = (best_by_task(rng.choices(task_rows, k=len(task_rows)))[(model, task)]
+                    for _ in range(2))
+            decided += _verdict(x, y, tie) != "tie"
     return {"decided": decided / rounds if rounds else 0.0, "tasks": len(attempts),
             "rounds": rounds}
 
