@@ -272,20 +272,14 @@ class LiveSchedule:
 
     def _postproc(self, stmt: Stmt, postproc_set: str) -> None:
         """``postproc auto SET``: MetaSchedule's postprocessors on the schedule so far."""
-        from tvm.s_tir import meta_schedule as ms
-
-        from .tvm_support import as_target, import_tensor_intrinsics
+        from .tvm_support import as_target, postprocessors, uses_tensor_intrinsics
 
         if self.target is None:
             raise self._error(stmt, "`postproc auto` needs a target to check against")
-        import_tensor_intrinsics()
-        context = ms.TuneContext(
-            mod=self.mod, target=as_target(self.target),
-            space_generator=ms.space_generator.PostOrderApply(
-                sch_rules=[], postprocs=postproc_set, mutator_probs={}),
-            task_name="main", num_threads=1)
+        found = postprocessors(self.mod, self.target, postproc_set,
+                               intrinsics=uses_tensor_intrinsics(self.sch.trace))
         self.sch.enter_postproc()
-        for postproc in context.space_generator.postprocs:
+        for postproc in found:
             try:
                 ok = postproc.apply(self.sch)
             except Exception as exc:  # noqa: BLE001

@@ -7,7 +7,14 @@ from typing import Any
 
 from .errors import DragonError, DslSemanticError, TraceError
 from .tvm_bridge import Inst, plain_json, value_from_tvm
-from .tvm_support import as_module, as_target, import_tensor_intrinsics, schedule_of, tvm_message
+from .tvm_support import (
+    as_module,
+    import_tensor_intrinsics,
+    postprocessors,
+    schedule_of,
+    tvm_message,
+    uses_tensor_intrinsics,
+)
 
 __all__ = ["apply_insts", "loop_names_of", "plain_json", "regenerate_postproc",
            "replay_exactly", "replay_tvm_json"]
@@ -225,20 +232,14 @@ def _check_tile(sch, loop_rv, decision, inst: Inst, lines: list[str]) -> None:
 def regenerate_postproc(prefix_trace, workload: Any, target: Any, postproc_set: str):
     """Run a postprocessor set on the schedule of the pre-postproc trace, as MetaSchedule does
     after sampling; returns the full trace (prefix, EnterPostproc, postprocessing)."""
-    from tvm.s_tir import meta_schedule as ms
-
     mod = as_module(workload)
-    tgt = as_target(target)
-    import_tensor_intrinsics()
-    context = ms.TuneContext(
-        mod=mod, target=tgt,
-        space_generator=ms.space_generator.PostOrderApply(
-            sch_rules=[], postprocs=postproc_set, mutator_probs={}),
-        task_name="main", num_threads=1)
     sch = schedule_of(mod)
+    needs = uses_tensor_intrinsics(prefix_trace)
+    if needs:
+        import_tensor_intrinsics()  # before the replay: a Tensorize looks its intrinsic up
     prefix_trace.apply_to_schedule(sch, remove_postproc=True)
     sch.enter_postproc()
-    for postproc in context.space_generator.postprocs:
+    for postproc in postprocessors(mod, target, postproc_set, intrinsics=needs):
         if not postproc.apply(sch):
             raise DragonError(f"postprocessor {type(postproc).__name__} of the "
                               f"{postproc_set!r} set rejects this schedule")

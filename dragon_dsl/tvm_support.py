@@ -20,8 +20,8 @@ from typing import Any
 from .errors import DragonError
 
 __all__ = ["TARGETS", "TargetError", "Unchecked", "as_module", "as_target",
-           "import_tensor_intrinsics",
-           "native_log", "schedule_of", "tvm_message"]
+           "import_tensor_intrinsics", "native_log", "postprocessors", "schedule_of",
+           "tvm_message", "uses_tensor_intrinsics"]
 
 
 class TargetError(DragonError, ValueError):
@@ -179,6 +179,50 @@ def import_tensor_intrinsics() -> None:
         import tvm.s_tir.tensor_intrin  # noqa: F401
     finally:
         inspect.getmodule = original
+
+
+def uses_tensor_intrinsics(trace: Any) -> bool:
+    """Whether a schedule's trace names a tensor intrinsic: a ``Tensorize``, or a block
+    annotated for MetaSchedule's ``RewriteTensorize`` (``meta_schedule.auto_tensorize``), the
+    only ways a schedule reaches TVM's registry of intrinsics."""
+    for inst in trace.insts:
+        kind = inst.kind.name
+        if kind == "Tensorize":
+            return True
+        if kind == "Annotate" and inst.attrs and "tensorize" in str(inst.attrs[0]):
+            return True
+    return False
+
+
+def postprocessors(mod: Any, target: Any, postproc_set: str, *, intrinsics: bool = True
+                   ) -> list[Any]:
+    """MetaSchedule's postprocessors of ``postproc_set`` (``"llvm"``, ``"cuda"`` ...),
+    initialized for ``mod`` on ``target`` as a ``TuneContext`` initializes them.
+
+    ``TuneContext``'s constructor imports every tensor intrinsic TVM has (seconds a process,
+    ``import_tensor_intrinsics``), which a postprocessor needs only for a schedule that
+    names one (``uses_tensor_intrinsics``).  With ``intrinsics=False`` the context is made
+    by the constructor's own FFI call without that import: the schedule-aware sampler's
+    holders and the builders, which postprocess one script after another on llvm, never pay
+    it.  The postprocessors are the same objects either way (``tests/test_tvm_support.py``)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    space = ms.space_generator.PostOrderApply(sch_rules=[], postprocs=postproc_set,
+                                              mutator_probs={})
+    if intrinsics:
+        import_tensor_intrinsics()
+        context = ms.TuneContext(mod=mod, target=as_target(target), space_generator=space,
+                                 task_name="main", num_threads=1)
+    else:
+        from tvm.s_tir.meta_schedule import _ffi_api
+        from tvm.s_tir.meta_schedule.logging import get_logger, get_logging_func
+
+        context = ms.TuneContext.__new__(ms.TuneContext)
+        context.__init_handle_by_constructor__(
+            _ffi_api.TuneContext, as_module(mod), as_target(target), space, None, "main", 1,
+            -1, get_logging_func(get_logger("tvm.s_tir.meta_schedule.tune_context")))
+        _ffi_api.TuneContextInitialize(context)
+    return list(context.space_generator.postprocs)
 
 
 # TVM's C++ log line: "[22:42:39] /path/file.h:1261: Warning: message".
