@@ -12,6 +12,7 @@ import shutil
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 
@@ -148,6 +149,8 @@ def test_a_model_whose_folder_a_resumed_evaluation_holds_is_refused(server, data
     (["--repeat", "0"], "repeat"), (["--tie", "nan"], "tie"), (["--builders", "0"], "builders"),
     (["--min-unscheduled-us", "-50"], "min_unscheduled_us"),
     (["--min-unscheduled-us", "inf"], "min_unscheduled_us"),
+    (["--sample-tasks", "0"], "sample_tasks"),
+    (["--sample-tasks", "2", "--max-tasks", "2"], "sample_tasks"),
 ])
 def test_a_bad_count_or_setting_is_refused_before_any_request(flags, field, server, datagen_dir,
                                                               tmp_path, capsys):
@@ -162,6 +165,22 @@ def test_load_tasks_refuses_a_count_that_is_not_positive(datagen_dir):
     with pytest.raises(TaskError, match="max_tasks"):
         load_tasks(datagen_dir, "validation", ("construction",), max_tasks=-1)
     assert len(load_tasks(datagen_dir, "validation", ("construction",), max_tasks=None)) == 1
+    with pytest.raises(TaskError, match="sample"):
+        load_tasks(datagen_dir, "validation", ("construction",), sample=0)
+
+
+def test_sample_tasks_draws_a_seeded_part_of_the_split_in_its_order():
+    """On the kept corpus' test split (workload by workload, so its first tasks are a few
+    families): the same seed draws the same tasks, another seed others, the drawn keep the
+    split's order and are not its first ones; a sample past the split's size is all of it."""
+    corpus = Path(__file__).resolve().parent.parent / "corpus" / "llvm"
+    every = load_tasks(corpus, "test", ("refinement",))
+    drawn = load_tasks(corpus, "test", ("refinement",), sample=20, seed=0)
+    assert len(drawn) == 20 and drawn == load_tasks(corpus, "test", ("refinement",), sample=20)
+    assert drawn != load_tasks(corpus, "test", ("refinement",), sample=20, seed=1)
+    where = [every.index(task) for task in drawn]
+    assert where == sorted(where) and where != list(range(20))
+    assert load_tasks(corpus, "test", ("refinement",), sample=len(every) + 1) == every
 
 
 # ---- 4. a server that drips, floods or nests --------------------------------------------------

@@ -81,6 +81,10 @@ class EvalConfig:
         "help": "Task kinds to evaluate.", "choices": KINDS, "nargs": "+"})
     max_tasks: int | None = field(default=None, metadata={
         "help": "At most this many tasks of each kind (the first ones); unset: all."})
+    sample_tasks: int | None = field(default=None, metadata={
+        "help": "This many tasks of each kind drawn at random (seeded by --seed, kept in the "
+                "dataset's order), an unbiased part of a split too large to measure whole; "
+                "unset: all.  Not with --max-tasks."})
     families: tuple[str, ...] | None = field(default=None, metadata={
         "help": "Only the tasks of these operator families (dense, conv2d, ...); unset: all.",
         "nargs": "+"})
@@ -119,6 +123,12 @@ class EvalConfig:
         if self.max_tasks is not None and self.max_tasks < 1:
             raise EvalError(f"Expected max_tasks >= 1 (leave it unset for all tasks) but got "
                             f"max_tasks={self.max_tasks}")
+        if self.sample_tasks is not None and self.sample_tasks < 1:
+            raise EvalError(f"Expected sample_tasks >= 1 (leave it unset for all tasks) but "
+                            f"got sample_tasks={self.sample_tasks}")
+        if self.sample_tasks is not None and self.max_tasks is not None:
+            raise EvalError("Expected max_tasks (the first tasks) or sample_tasks (tasks drawn "
+                            "at random), not both")
         if self.builders is not None and self.builders < 1:
             raise EvalError(f"Expected builders >= 1 but got builders={self.builders}")
         if not 0 <= self.tie < math.inf:
@@ -137,7 +147,8 @@ class EvalConfig:
         out = {k: v for k, v in asdict(self).items()
                if k not in ("builders", "tie", "metaschedule", "search_population", "sampling",
                             "measure", "min_unscheduled_us")
-               and not (k == "families" and v is None)}  # as runs before the field held it
+               # as runs before these fields held them
+               and not (k in ("families", "sample_tasks") and v is None)}
         for name, part in (("sampling", self.sampling), ("measure", self.measure)):
             out.update({k: getattr(part, k) for k in _FLAGS[name]})
         return out
@@ -314,7 +325,8 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
         except json.JSONDecodeError as exc:
             raise EvalError(f"--target {target!r} is not a JSON dict ({exc})") from None
     tasks = load_tasks(data, config.split, config.kinds, max_tasks=config.max_tasks,
-                       families=config.families)
+                       families=config.families, sample=config.sample_tasks,
+                       seed=config.sampling.seed)
     if not tasks:
         raise EvalError(f"the {config.split!r} split of {data} holds no tasks"
                         + (f" of the families {', '.join(config.families)}"

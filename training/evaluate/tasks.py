@@ -11,6 +11,7 @@ script's latency measured in this session, not the one recorded in the dataset.
 from __future__ import annotations
 
 import hashlib
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,14 +50,19 @@ def _digest(text: str) -> str:
 
 def load_tasks(data: str | Path, split: str = "test", kinds: tuple[str, ...] = KINDS, *,
                max_tasks: int | None = None,
-               families: tuple[str, ...] | None = None) -> list[EvalTask]:
+               families: tuple[str, ...] | None = None,
+               sample: int | None = None, seed: int = 0) -> list[EvalTask]:
     """The distinct tasks of ``split`` in a ``dragon datagen`` output, construction first;
     ``families``: only the workloads of these operator families (None: all); ``max_tasks``
-    caps each kind (the first ones in the dataset's order; None: all)."""
+    caps each kind (the first ones in the dataset's order; None: all); ``sample`` draws that
+    many of each kind at random instead (``random.Random(seed)``; kept in the dataset's
+    order): the first ones of a dataset written workload by workload are not a fair part."""
     root = Path(data)
     if max_tasks is not None and max_tasks < 1:
         raise TaskError(f"Expected max_tasks >= 1 (None for all tasks) but got "
                         f"max_tasks={max_tasks}")
+    if sample is not None and sample < 1:
+        raise TaskError(f"Expected sample >= 1 (None for all tasks) but got sample={sample}")
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
         raise TaskError(f"Expected kinds among {KINDS} but got {unknown}")
@@ -83,6 +89,9 @@ def load_tasks(data: str | Path, split: str = "test", kinds: tuple[str, ...] = K
             task_id = f"{kind}/{row['workload_id']}" + (f"/{_digest(start)}" if start else "")
             kept.append(EvalTask(task_id, kind, row["workload"], row["family"], start,
                                  best.get(row["workload"])))
+        if sample is not None and sample < len(kept):
+            drawn = set(random.Random(seed).sample(range(len(kept)), sample))
+            kept = [task for i, task in enumerate(kept) if i in drawn]
         tasks += kept if max_tasks is None else kept[:max_tasks]
     return tasks
 
