@@ -141,6 +141,26 @@ def test_an_adaptive_limit_stops_a_script_far_slower_than_any_before_it_never_a_
         assert ev.limits.limit(identity, "run", ev.config) == adaptive.run_timeout_s
 
 
+def test_a_build_far_slower_than_any_before_it_is_stopped_at_its_own_factor():
+    """``build_limit_factor`` stops a build at that many times the slowest so far, whatever
+    ``limit_factor`` says for runs; the timeout's message names the factor."""
+    wl = workload("matmul(m=64,n=64,k=64)")
+    config = MeasureConfig(repeat=1, min_repeat_ms=0.0, limit_factor=1e6,
+                           build_limit_factor=0.001, limit_floor_s=0.01)
+    identity = workload_identity(wl)
+    with Evaluator("llvm", cache=False, config=config, builders=1) as ev:
+        ev.limits.observe(identity, "build", 0.001)   # as if every build before took 1 ms
+        ev.limits.observe(identity, "run", 10.0)
+        assert ev.limits.limit(identity, "build", config) == 0.01
+        assert ev.limits.limit(identity, "run", config) == config.run_timeout_s
+        [slow] = ev.evaluate(wl, ['block "C" -> b0'])
+        assert slow.status is Status.TIMEOUT and slow.stage == "build"
+        assert "adaptive: 0.001x the slowest build of this workload so far" in slow.message
+        ev.config = replace(config, build_limit_factor=None)   # unset: limit_factor, 120 s
+        [again] = ev.evaluate(wl, ['block "C" -> b0'])
+        assert again.ok
+
+
 def test_a_kernel_far_slower_than_the_fastest_so_far_is_timed_once_and_not_cached(tmp_path):
     wl = workload("matmul(m=128,n=128,k=128)")
     # min_repeat_ms 0.1: one run of the kernel lasts a repeat, as the cutoff asks.

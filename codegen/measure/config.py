@@ -16,6 +16,7 @@ _RANGES = {"repeat": "at least one timed repeat", "min_repeat_ms": "a non-negati
            "reference_timeout_s": "a positive reference_timeout_s",
            "memory_limit_mb": "a memory_limit_mb of at least 64 (MiB)",
            "limit_factor": "a non-negative limit_factor",
+           "build_limit_factor": "a non-negative build_limit_factor or None",
            "limit_floor_s": "a positive limit_floor_s",
            "cutoff_factor": "a non-negative cutoff_factor"}
 
@@ -44,6 +45,9 @@ class MeasureConfig:
     limit_factor: float = field(default=0.0, metadata={
         "help": "Stop a candidate's build or run at this many times the slowest one of the "
                 "same workload so far (0: the fixed limits only; never above them)."})
+    build_limit_factor: float | None = field(default=None, metadata={
+        "help": "Builds only: stop one at this many times the slowest build of the same "
+                "workload so far (unset: --limit-factor)."})
     limit_floor_s: float = field(default=10.0, metadata={
         "help": "The shortest limit --limit-factor sets (seconds)."})
     cutoff_factor: float = field(default=0.0, metadata={
@@ -63,6 +67,8 @@ class MeasureConfig:
                   ("reference_timeout_s", self.reference_timeout_s > 0),
                   ("memory_limit_mb", self.memory_limit_mb >= 64),
                   ("limit_factor", self.limit_factor >= 0),
+                  ("build_limit_factor", self.build_limit_factor is None
+                   or self.build_limit_factor >= 0),
                   ("limit_floor_s", self.limit_floor_s > 0),
                   ("cutoff_factor", self.cutoff_factor >= 0)]
         for name, ok in checks:

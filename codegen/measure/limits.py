@@ -19,6 +19,11 @@ finished yet gets the configured limit.
 >>> limits.observe("wl", "run", 9.0)
 >>> limits.limit("wl", "run", config)
 60.0
+>>> limits.limit("wl", "build", MeasureConfig(limit_factor=10, build_limit_factor=3))
+120.0
+>>> limits.observe("wl", "build", 5.0)
+>>> limits.limit("wl", "build", MeasureConfig(limit_factor=10, build_limit_factor=3))
+15.0
 >>> limits.observe_latency("wl", 0.002); limits.observe_latency("wl", 0.001)
 >>> limits.cutoff("wl", MeasureConfig(cutoff_factor=4))
 0.004
@@ -77,12 +82,21 @@ class AdaptiveLimits:
 
     def limit(self, workload: str, stage: str, config: MeasureConfig) -> float:
         """The limit for the next ``stage`` ("build" or "run") of ``workload``: the configured
-        one when ``config.limit_factor`` is 0 or nothing finished yet."""
+        one when its factor (``factor``) is 0 or nothing finished yet."""
         fixed = configured(stage, config)
         slowest = self.slowest(workload, stage)
-        if config.limit_factor <= 0 or slowest is None:
+        factor = self.factor(stage, config)
+        if factor <= 0 or slowest is None:
             return fixed
-        return min(fixed, max(config.limit_floor_s, config.limit_factor * slowest))
+        return min(fixed, max(config.limit_floor_s, factor * slowest))
+
+    @staticmethod
+    def factor(stage: str, config: MeasureConfig) -> float:
+        """A ``stage``'s multiple of its slowest: ``config.build_limit_factor`` for a build
+        when it is set, else ``config.limit_factor``."""
+        if stage == "build" and config.build_limit_factor is not None:
+            return config.build_limit_factor
+        return config.limit_factor
 
     def why(self, workload: str, stage: str, config: MeasureConfig) -> str:
         """Why the limit is below the configured one, for a timeout's message; "" if it is not."""
@@ -90,6 +104,6 @@ class AdaptiveLimits:
         slowest = self.slowest(workload, stage)
         if slowest is None or self.limit(workload, stage, config) >= fixed:
             return ""
-        return (f" (adaptive: {config.limit_factor:g}x the slowest {stage} of this workload so "
-                f"far, {slowest:.3g} s; at least {config.limit_floor_s:g} s, at most "
+        return (f" (adaptive: {self.factor(stage, config):g}x the slowest {stage} of this "
+                f"workload so far, {slowest:.3g} s; at least {config.limit_floor_s:g} s, at most "
                 f"{fixed:g} s)")
