@@ -89,7 +89,11 @@ def test_dragon_optimize_stops_far_slower_scripts_early_and_datagen_does_not():
     parser = build_parser()
     optimize = parser.parse_args(["optimize", "matmul(m=8,n=8,k=8)"])
     assert measure_from_args(optimize) == MEASURE and MEASURE.limit_factor == 10.0
+    assert MEASURE.build_limit_factor == 3.0
+    builds = parser.parse_args(["optimize", "matmul(m=8,n=8,k=8)", "--build-limit-factor", "5"])
+    assert measure_from_args(builds).build_limit_factor == 5.0
     off = parser.parse_args(["optimize", "matmul(m=8,n=8,k=8)", "--limit-factor", "0"])
     assert measure_from_args(off).limit_factor == 0.0
     datagen = parser.parse_args(["datagen", "--out", "x"])
     assert measure_from_args(datagen).limit_factor == 0.0
+    assert measure_from_args(datagen).build_limit_factor is None

@@ -19,13 +19,14 @@ __all__ = ["MEASURE_FLAGS", "add_measure_arguments", "load_model", "measure_from
 # The measurement settings a training command offers (MeasureConfig's seed, of the inputs, is
 # not its --seed).
 MEASURE_FLAGS = ("repeat", "min_repeat_ms", "build_timeout_s", "run_timeout_s", "limit_factor",
-                 "limit_floor_s", "cutoff_factor")
+                 "build_limit_factor", "limit_floor_s", "cutoff_factor")
 
 
 def add_measure_arguments(parser: argparse.ArgumentParser, *, preset: bool = False,
                           defaults: MeasureConfig | None = None) -> None:
     """``--repeat``, ``--min-repeat-ms``, ``--build-timeout-s``, ``--run-timeout-s``
-    (``--timeout``), ``--limit-factor``, ``--limit-floor-s`` and ``--cutoff-factor``, from
+    (``--timeout``), ``--limit-factor``, ``--build-limit-factor``, ``--limit-floor-s`` and
+    ``--cutoff-factor``, from
     ``MeasureConfig``'s fields (``defaults``' values when given); ``preset``: a flag not given
     leaves the preset's value (``measure_from_args``)."""
     add_config_arguments(parser, MeasureConfig, only=MEASURE_FLAGS, layered=preset,
