@@ -20,7 +20,7 @@ def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
     code = main(["demo", "--kernel", SPEC, "--network", str(MLP), "--transfer", "2",
                  "-k", "2", "--rounds", "0", "--width", "4", "--cost-model", "auto",
                  "--search", "3", "--network-k", "1", "--network-search", "1",
-                 "--out", str(tmp_path), "--json", "-q"])
+                 "--out", str(tmp_path / "new"), "--json", "-q"])   # made
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     kernel = out["kernel"]
@@ -58,7 +58,6 @@ def test_the_demo_gives_metaschedule_the_models_budget(capsys, tmp_path):
     (["demo", "--model", "/no/such/model"], "/no/such/model"),
     (["demo", "--network", "model(name=bert,preset=tiny,task=0)"], "without task="),
     (["demo", "--network", "model(name=nosuch,preset=tiny)"], "nosuch"),
-    (["demo", "--kernel", "", "--out", "/no/such/dir"], "/no/such/dir"),
     (["demo", "--cost-model", "/no/such/cost.tar"], "/no/such/cost.tar"),
     (["demo", "--cost-model", "none", "--width", "32"], "--width 32: no cost model"),
     (["demo", "--search", "-1"], "search=-1"),
@@ -68,6 +67,17 @@ def test_bad_usage_is_refused_before_any_work(capsys, argv, says):
     code = main(argv)
     err = capsys.readouterr().err
     assert code == 2 and says in err and "Traceback" not in err
+
+
+def test_an_out_that_cannot_be_a_directory_is_refused_before_any_work(capsys, tmp_path):
+    a_file = tmp_path / "f"
+    a_file.write_text("x")
+    for out, says in ((a_file, "exists and is not a directory"),
+                      (a_file / "sub", "cannot make the directory")):
+        code = main(["demo", "--kernel", "", "--out", str(out)])
+        err = capsys.readouterr().err
+        assert code == 2 and f"--out {out}: {says}" in err and "Traceback" not in err
+    assert a_file.read_text() == "x"
 
 
 def test_the_headline_calls_a_ratio_within_the_spread_a_tie_and_warns_once():

@@ -140,8 +140,14 @@ def cmd_demo(args) -> int:
             raise UsageError(f"--network {config.network}: expected a model spec without task= "
                              "(model(name=bert,preset=tiny)) or a Relax module file")
         label, mod, tasks = load_whole_model(config.network)
-    if args.out and not os.path.isdir(args.out):
-        raise UsageError(f"--out {args.out}: not a directory")
+    if args.out:
+        try:
+            os.makedirs(args.out, exist_ok=True)
+        except OSError as exc:  # a file there, or a file on the way
+            raise UsageError(f"--out {args.out}: exists and is not a directory ({exc.strerror})"
+                             if os.path.exists(args.out) else
+                             f"--out {args.out}: cannot make the directory ({exc.strerror})"
+                             ) from None
     from training.cli.optimize import cli_corpus, kept_corpus
 
     folder = kept_corpus("auto", "llvm") if wl is not None and config.transfer else None
