@@ -22,6 +22,7 @@ from training.grammars.constraints import (
     annotation_values,
     expand_ranges,
     tile_lengths,
+    tile_max_inner,
 )
 from training.grammars.statement import statement_grammar
 from training.models.tokenizer import tiny_model
@@ -122,6 +123,34 @@ def test_a_tile_has_as_many_factors_as_metaschedule_gives_it():
         narrowed = statement_grammar(state, postproc_set="llvm", tile_lengths=lengths)
         assert not admits(narrowed, "tile i1 [2, 2] -> l0, l1\n")
         assert admits(narrowed, "tile j [2, 4, 4, 4] -> j0, j1, j2, j3\n")
+
+
+def test_a_tiles_innermost_factor_stays_within_metaschedules_bound():
+    """MetaSchedule's sample_perfect_tile never draws an innermost factor above its bound (64
+    on llvm): a model that writes a large loop's factors outermost first, small, is left a
+    remainder it may not put last (the built-in model wrote `tile j [16, 2, 2, 800]` for a
+    51,200-wide dense).  Its third factor must leave at most 64; a bound MetaSchedule does not
+    write is refused too, and without the narrowing anything goes, as before."""
+    wl = workload("dense(m=2,n=51200,k=2560)")
+    bounds = tile_max_inner(wl, "llvm", "llvm")
+    assert bounds == {"i": (64,), "j": (64,), "k": (64,)}
+    live = LiveSchedule(wl, "llvm")
+    for line in ['block "T_dense" -> T_dense', "loops T_dense -> i, j, k"]:
+        live.step(line)
+    lengths = tile_lengths(wl, "llvm", "llvm")
+    for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
+        narrowed = statement_grammar(state, postproc_set="llvm", tile_lengths=lengths,
+                                     tile_max_inner=bounds)
+        assert admits(narrowed, "tile j [160, 32, 2, 5] -> j0, j1, j2, j3\n")
+        assert admits(narrowed, "tile j [16, 2, 25, 64] -> j0, j1, j2, j3\n")
+        assert not admits(narrowed, "tile j [16, 2, 2, 800] -> j0, j1, j2, j3\n")
+        assert not admits(narrowed, "tile j [16, 2, 20, 80] -> j0, j1, j2, j3\n")
+        assert admits(narrowed, "tile k [2560, 1] -> k0, k1\n")
+        assert not admits(narrowed, "tile k [20, 128] -> k0, k1\n")
+        assert not admits(narrowed, "tile j [160, 32, 2, 5] max_inner=1000 -> j0, j1, j2, j3\n")
+    loose = statement_grammar(live, postproc_set="llvm", tile_lengths=lengths)
+    assert admits(loose, "tile j [16, 2, 2, 800] -> j0, j1, j2, j3\n")
+    assert admits(loose, "tile j [16, 2, 2, 800] max_inner=1000 -> j0, j1, j2, j3\n")
 
 
 def test_statements_that_change_nothing_metaschedule_never_writes_are_refused():
@@ -515,6 +544,30 @@ def test_untrained_samples_all_end_parse_and_apply(samples):
                 factors = line[line.index("[") + 1:line.index("]")].count(",") + 1
                 assert factors in lengths[line.split()[1]], (line, s.text)
     assert len(stats["replay_seconds"]) > len(out)
+
+
+@pytest.mark.parametrize("bound", [False, True])
+def test_the_innermost_bound_narrows_only_when_asked(model, tokenizer, monkeypatch, bound):
+    """``ScheduleAwareConfig.tile_bound`` hands MetaSchedule's innermost bounds to every
+    statement grammar; off (the default, a measured tie) it hands none."""
+    from training.prompts.templates import construction_prompt
+    from training.sampling import schedule_aware
+    from training.sampling.schedule_aware import ScheduleAwareConfig
+
+    seen: list = []
+    real = schedule_aware.statement_grammar
+
+    def spy(live, **kwargs):
+        seen.append(kwargs.get("tile_max_inner"))
+        return real(live, **kwargs)
+
+    monkeypatch.setattr(schedule_aware, "statement_grammar", spy)
+    wl = workload(SPECS[0])
+    out = sample_schedule_aware(model, tokenizer, construction_prompt(wl, "llvm"), wl, "llvm",
+                                SamplingConfig(n=1, max_new_tokens=48, seed=0),
+                                aware=ScheduleAwareConfig(tile_bound=bound, isolate=False))
+    assert out and seen
+    assert all(b == ({"i": (64,), "j": (64,), "k": (64,)} if bound else None) for b in seen)
 
 
 def test_a_refused_closing_ends_the_sample_at_once(model, tokenizer, monkeypatch):

@@ -15,8 +15,10 @@ built here from that state.  It admits, in canonical layout:
   ``consumers``/``producers``/``children`` binding exactly the blocks TVM returns (none
   too: MetaSchedule's multi-level tiling writes ``consumers C`` of a block without any);
 - ``tile L [..]`` with as many factors as MetaSchedule's design space tiles a loop of the
-  kernel into (``tile_lengths``; else 2 to 5), whose product is L's current extent, and
-  never of a loop that a tile or split made (MetaSchedule never tiles a piece again);
+  kernel into (``tile_lengths``; else 2 to 5), whose product is L's current extent (given
+  ``tile_max_inner``, the last within sample_perfect_tile's bound on the innermost factor, 64
+  unless the design writes ``max_inner=``, and only such a bound written), and never of a
+  loop that a tile or split made (MetaSchedule never tiles a piece again);
 - buffer indices within the block's reads (``cache_read``) or writes (``cache_write``,
   ``set_scope``), and a storage scope of the target (``scopes_of``), never another string;
 - ``reorder`` without a loop right after itself (TVM refuses any repeat);
@@ -66,12 +68,14 @@ from typing import Any
 from dragon_dsl.live import MOVE_OPS, LiveSchedule
 from dragon_dsl.live_view import LiveView
 from dragon_dsl.printer import annotation_key_text
-from dragon_dsl.statements import annotation_key
+from dragon_dsl.statements import STATEMENTS, annotation_key
 
 __all__ = ["CPU_SCOPES", "FALLBACK_OPS", "GENERAL_KINDS", "GPU_SCOPES", "THREAD_AXES",
            "scopes_of", "statement_grammar"]
 
 TILE_LENGTHS = (2, 3, 4, 5)
+# The innermost-factor bound of a tile that writes no ``max_inner=`` (sample_perfect_tile's).
+DEFAULT_MAX_INNER = STATEMENTS["sample_tile"].options["max_inner"].default
 SPLIT_LENGTHS = (2, 3, 4, 5)
 THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y",
                "threadIdx.z", "vthread.x", "vthread.y", "vthread.z")
@@ -128,17 +132,30 @@ def _divisors(n: int) -> list[int]:
     return sorted({*small, *(n // d for d in small)})
 
 
-def _factorizations(rules: _Rules, extent: int, n: int) -> str:
-    """Rule ``tf_E_n``: ordered factorizations of E into n factors, in canonical spacing."""
-    name = f"tf_{extent}_{n}"
+def _factorizations(rules: _Rules, extent: int, n: int, max_inner: int | None = None
+                    ) -> str | None:
+    """Rule ``tf_E_n`` (``tf_E_n_M``): ordered factorizations of E into n factors, the last
+    at most ``max_inner`` (None: any), in canonical spacing; None when there is none."""
+    name = f"tf_{extent}_{n}" + (f"_{max_inner}" if max_inner is not None else "")
     if name not in rules.rules:
         if n == 1:
+            if max_inner is not None and extent > max_inner:
+                return None
             rules.add(name, _lit(str(extent)))
         else:
-            rules.add(name, " | ".join(
-                f'{_lit(f"{d}, ")} {_factorizations(rules, extent // d, n - 1)}'
-                for d in _divisors(extent)))
+            alts = [(d, _factorizations(rules, extent // d, n - 1, max_inner))
+                    for d in _divisors(extent)]
+            rules.add(name, " | ".join(f'{_lit(f"{d}, ")} {rest}'
+                                       for d, rest in alts if rest is not None))
     return name
+
+
+def _innermost_bound(bounds: Sequence[int]) -> int | None:
+    """The largest innermost factor a tile may have under MetaSchedule's ``bounds`` for its loop
+    (None: no bound, when none is known or one of them is 0 or less: no bound in TVM)."""
+    if not bounds or any(b <= 0 for b in bounds):
+        return None
+    return max(bounds)
 
 
 def _names(names: Sequence[str]) -> str:
@@ -165,6 +182,7 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                       annotation_values: dict[str, Sequence[str]] | None = None,
                       annotation_targets: dict[str, Sequence[str]] | None = None,
                       tile_lengths: Mapping[str, Sequence[int]] | None = None,
+                      tile_max_inner: Mapping[str, Sequence[int]] | None = None,
                       storage_scopes: Sequence[str] | None = None,
                       ops: Iterable[str] | None = None,
                       unannotate_keys: Sequence[str] | None = None) -> str:
@@ -183,6 +201,10 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     ``tile_lengths``: per loop name, the numbers of factors a ``tile`` of it may have
     (``constraints.tile_lengths``); a loop not named there takes any length named there;
     None: any of ``TILE_LENGTHS`` for every loop.
+    ``tile_max_inner``: per loop name, MetaSchedule's bounds on a tile's innermost factor
+    (``constraints.tile_max_inner``); a tile's last factor is at most the largest, and
+    ``max_inner=`` may name only a bound there other than the default; a loop not named takes
+    the bounds of any; None: no bound, and any ``max_inner=``.
     ``storage_scopes``: the scopes ``cache_read``, ``cache_write`` and ``set_scope`` may name;
     None: ``scopes_of(postproc_set)``.
     ``ops``: the statements (their first word; ``@Kind`` for a general form) that may come,
@@ -244,18 +266,28 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     splits: dict[tuple, list[str]] = {}
     pieces = set(live.pieces())
     any_length = sorted({k for ks in (tile_lengths or {}).values() for k in ks}) or TILE_LENGTHS
+    any_bound = tuple(sorted({b for bs in (tile_max_inner or {}).values() for b in bs}))
     for lp in loops:
         extent = live.extent(lp) if lp not in pieces else None  # a piece is not tiled again
+        bounds = (tile_max_inner or {}).get(lp, any_bound)
         for k in (tile_lengths or {}).get(lp, any_length):
             names = tuple(live.expected_results("tile", lp, k))
             named = tuple(live.expected_results("tile", lp, k, factors=True)[k:])
             if extent is not None:
-                tiles.setdefault((extent, k, names, named), []).append(lp)
+                tiles.setdefault((extent, k, names, named, bounds), []).append(lp)
         for k in SPLIT_LENGTHS:
             splits.setdefault((k, tuple(live.expected_results("split", lp, k))), []).append(lp)
-    for (extent, k, names, named), group in tiles.items():
-        head = f'"tile " {_alts(_lit(lp) for lp in group)} " [" {_factorizations(r, extent, k)}'
-        r.stmt("tile", f'{head} "]" (" max_inner=" UINT)? {_names_after(names)} '
+    for (extent, k, names, named, bounds), group in tiles.items():
+        factors = _factorizations(r, extent, k, _innermost_bound(bounds))
+        if factors is None:
+            continue
+        if tile_max_inner is None:
+            option = '(" max_inner=" UINT)?'
+        else:  # only a bound MetaSchedule's rules write (the default is left unwritten)
+            written = [b for b in bounds if b != DEFAULT_MAX_INNER]
+            option = f'(" max_inner=" {_alts(_lit(str(b)) for b in written)})?' if written else ""
+        head = f'"tile " {_alts(_lit(lp) for lp in group)} " [" {factors}'
+        r.stmt("tile", f'{head} "]" {option} {_names_after(names)} '
                f'({_lit(" factors " + ", ".join(named))})?')
     if lref:
         factor = "(" + " | ".join(x for x in ['"none"', vref, "UINT"] if x) + ")"

@@ -85,6 +85,11 @@ class ScheduleAwareConfig:
     holders: int = field(default=2, metadata={
         "help": "Worker processes holding the rows' schedules (isolate): statements of rows "
                 "completed at the same step are applied at the same time."})
+    tile_bound: bool = field(default=False, metadata={
+        "help": "Keep each tile's last factor within MetaSchedule's bound on the innermost "
+                "factor (training.grammars.constraints.tile_max_inner: 64), as every "
+                "MetaSchedule script does.  Off by default: for the built-in model it measured "
+                "a tie (benchmarks/bench_tile_bound.py, docs/model-sweep)."})
 
 
 @dataclass
@@ -571,15 +576,18 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     postproc_set = postproc_set or target_postproc_set(rules)
     if categorical is None:
         categorical = [categorical_lists(w, target, rules) or () for w in workloads]
+    config = config or ScheduleAwareConfig()
     narrowed = [dict(narrowing(w, target, rules), categorical=lists)
                 for w, lists in zip(workloads, categorical, strict=True)]
+    if not config.tile_bound:
+        for kwargs in narrowed:
+            kwargs.pop("tile_max_inner", None)
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     decoder = _Decoder(model, tokenizer, workloads, target, postproc_set=postproc_set,
                        narrowing=narrowed, sampling=sampling or SamplingConfig(),
-                       eos=eos,
-                       config=config or ScheduleAwareConfig())
+                       eos=eos, config=config)
     with torch.no_grad():
         results = decoder.run(list(prompts), list(range(len(prompts))))
     if stats is not None:
