@@ -149,7 +149,9 @@ def print_tables(entries: list[dict], min_us: float) -> None:
         t = e["timed"]
         base = t["unscheduled"]["median_s"]
         if base is None or base * 1e6 < min_us:
-            print(f"{e['workload']:52s} left out: unscheduled under {min_us:.0f} us")
+            why = (f"the unscheduled kernel was not timed ({t['unscheduled']['status']})"
+                   if base is None else f"unscheduled under {min_us:.0f} us")
+            print(f"{e['workload']:52s} left out: {why}")
             continue
         print(f"{e['workload']:52s} {base * 1e6:9.1f}us {_x(_speedup(t, 'bound')):>8s} "
               f"{_x(_speedup(t, 'unbound')):>8s} {_x(_speedup(t, 'metaschedule')):>8s}"
