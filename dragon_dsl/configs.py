@@ -127,7 +127,9 @@ def merge(kind: type, base: Mapping[str, Any], layer: Mapping[str, Any]) -> dict
     out = {k: dict(v) if k in inner and isinstance(v, Mapping) else v for k, v in base.items()}
     for key, value in layer.items():
         if key in inner:
-            part = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else dict(value)
+            part = (dataclasses.asdict(value)
+                    if dataclasses.is_dataclass(value) and not isinstance(value, type)
+                    else dict(value))
             out[key] = {**_as_mapping(out.get(key)), **part}
         elif key in owner and key not in {f.name for f in dataclasses.fields(kind)}:
             out[owner[key]] = {**_as_mapping(out.get(owner[key])), key: value}

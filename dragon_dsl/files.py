@@ -79,7 +79,7 @@ def atomic_file(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[An
         file_mode = 0o666 & ~current_umask()  # mkstemp's file is private (0600)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".tmp-{os.path.basename(target)}-")
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

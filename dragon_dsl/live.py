@@ -289,9 +289,9 @@ class LiveSchedule:
                 raise self._error(stmt, f"postprocessor {type(postproc).__name__} of the "
                                         f"{postproc_set!r} set rejects this schedule")
         if as_target(self.target).kind.name == "cuda":
-            found: list[tuple[str, bool]] = []
-            _walk_blocks(self.sch.mod["main"].body, found)
-            unbound = [name for name, bound in found if not bound and name != "root"]
+            blocks: list[tuple[str, bool]] = []
+            _walk_blocks(self.sch.mod["main"].body, blocks)
+            unbound = [name for name, bound in blocks if not bound and name != "root"]
             if unbound:
                 # VerifyGPUCode checks kernels, and finds none to check: the build would run
                 # these blocks on the host, on device memory.
