@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from codegen.search import search_space
@@ -204,6 +205,15 @@ def tile_lengths(workload: WorkloadLike, target: TargetLike = "llvm",
     >>> tile_lengths(workload("matmul(m=16,n=16,k=16)"))
     {'i': (4,), 'j': (4,), 'k': (2,)}
     """
+    return _per_tiled_loop(workload, target, rules, lambda line: line[
+        line.index("[") + 1:line.index("]")].count(",") + 1)
+
+
+def _per_tiled_loop(workload: WorkloadLike, target: TargetLike, rules: str | None,
+                    value: Callable[[str], int]) -> dict[str, tuple[int, ...]] | None:
+    """Per loop that a ``tile`` line of the design spaces (written as scripts) cuts, the
+    distinct ``value``s of those lines, sorted; None when no design space can be generated or
+    none tiles."""
     rules = rules or default_rules(target)
     try:
         space = search_space(workload.mod, target, rules)
@@ -213,8 +223,7 @@ def tile_lengths(workload: WorkloadLike, target: TargetLike = "llvm",
     for script in _design_scripts(space, workload, rules):
         for line in script.splitlines():
             if line.startswith("tile "):
-                loop, factors = line.split()[1], line[line.index("[") + 1:line.index("]")]
-                found.setdefault(loop, set()).add(factors.count(",") + 1)
+                found.setdefault(line.split()[1], set()).add(value(line))
     return {loop: tuple(sorted(n)) for loop, n in found.items()} or None
 
 
@@ -242,19 +251,11 @@ def tile_max_inner(workload: WorkloadLike, target: TargetLike = "llvm",
     >>> tile_max_inner(workload("matmul(m=16,n=16,k=16)"))
     {'i': (64,), 'j': (64,), 'k': (64,)}
     """
-    rules = rules or default_rules(target)
-    try:
-        space = search_space(workload.mod, target, rules)
-    except Exception:  # noqa: BLE001  (MetaSchedule's own errors vary by rule set)
-        return None
-    found: dict[str, set[int]] = {}
-    for script in _design_scripts(space, workload, rules):
-        for line in script.splitlines():
-            if line.startswith("tile "):
-                given = _MAX_INNER.search(line[line.index("]"):])
-                found.setdefault(line.split()[1], set()).add(
-                    int(given.group(1)) if given else DEFAULT_MAX_INNER)
-    return {loop: tuple(sorted(n)) for loop, n in found.items()} or None
+    def bound(line: str) -> int:
+        given = _MAX_INNER.search(line[line.index("]"):])
+        return int(given.group(1)) if given else DEFAULT_MAX_INNER
+
+    return _per_tiled_loop(workload, target, rules, bound)
 
 
 def script_ops(workload: WorkloadLike, target: TargetLike = "llvm",
