@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_vs_metaschedule import TARGET, geomean, head_to_head  # noqa: E402
+from model_alone_vs_metaschedule import speedup, tiles  # noqa: E402
+from vs_metaschedule_tables import verdict as timed_verdict  # noqa: E402
 
 FAMILIES = ("dense", "matmul", "batch_matmul", "conv2d")
 DECODERS = ("bound", "unbound")
@@ -39,16 +41,6 @@ _TILE = re.compile(r"^tile \S+ \[([0-9, ]+)\]", re.M)
 
 def past_bound(script: str, bound: int = 64) -> bool:
     return any(int(m.group(1).split(",")[-1]) > bound for m in _TILE.finditer(script))
-
-
-def tiles(script: str) -> bool:
-    from dragon_dsl.errors import DragonError
-    from dragon_dsl.stats import script_stats
-
-    try:
-        return script_stats(script).tiles
-    except DragonError:
-        return False
 
 
 def run_task(task, model, tokenizer, evaluator, k: int, seed: int, retimes: int) -> dict:
@@ -88,24 +80,8 @@ def run_task(task, model, tokenizer, evaluator, k: int, seed: int, retimes: int)
 
 def verdict(timed: dict, a: str, b: str) -> str | None:
     """"a", "b" or "tie": which of two timed names is faster beyond their spread."""
-    from types import SimpleNamespace
-
-    from codegen.measured import compare
-
-    def timing(name: str) -> SimpleNamespace:
-        t = timed.get(name) or {"median_s": None, "spread_s": None}
-        return SimpleNamespace(ok=t["median_s"] is not None, latency_s=t["median_s"],
-                               spread_s=t["spread_s"])
-
-    c = compare(timing(b), timing(a))  # a's speedup over b
-    if c is None:
-        return None
-    return "tie" if c.tie else (a if c.verdict == "faster" else b)
-
-
-def _speedup(timed: dict, name: str, over: str = "unscheduled") -> float | None:
-    base, t = (timed.get(over) or {}).get("median_s"), (timed.get(name) or {}).get("median_s")
-    return base / t if base and t else None
+    v = timed_verdict(timed, ours=a, theirs=b)
+    return None if v is None else "tie" if v == "tie" else a if v == "faster" else b
 
 
 def summary(entries: list[dict], min_us: float) -> dict:
@@ -114,10 +90,10 @@ def summary(entries: list[dict], min_us: float) -> dict:
     out: dict = {"tasks": len(kept), "left_out": len(entries) - len(kept)}
     for name in DECODERS:
         scripts = sum(e[name]["applies"] for e in kept)
-        over = [_speedup(e["timed"], name) for e in kept]
-        vs_ms = [_speedup(e["timed"], name) / _speedup(e["timed"], "metaschedule")
-                 for e in kept if _speedup(e["timed"], name)
-                 and _speedup(e["timed"], "metaschedule")]
+        over = [speedup(e["timed"], name) for e in kept]
+        vs_ms = [speedup(e["timed"], name) / speedup(e["timed"], "metaschedule")
+                 for e in kept if speedup(e["timed"], name)
+                 and speedup(e["timed"], "metaschedule")]
         out[name] = {
             "scripts": scripts,
             "past_bound": sum(e[name]["past_bound"] for e in kept) / scripts if scripts else None,
@@ -153,8 +129,8 @@ def print_tables(entries: list[dict], min_us: float) -> None:
                    if base is None else f"unscheduled under {min_us:.0f} us")
             print(f"{e['workload']:52s} left out: {why}")
             continue
-        print(f"{e['workload']:52s} {base * 1e6:9.1f}us {_x(_speedup(t, 'bound')):>8s} "
-              f"{_x(_speedup(t, 'unbound')):>8s} {_x(_speedup(t, 'metaschedule')):>8s}"
+        print(f"{e['workload']:52s} {base * 1e6:9.1f}us {_x(speedup(t, 'bound')):>8s} "
+              f"{_x(speedup(t, 'unbound')):>8s} {_x(speedup(t, 'metaschedule')):>8s}"
               f"  {e['bound']['past_bound']}/{e['unbound']['past_bound']}"
               f"{'':14s}{verdict(t, 'bound', 'unbound')}")
     groups = {"all": entries, **{f: [e for e in entries if e["family"] == f] for f in FAMILIES}}

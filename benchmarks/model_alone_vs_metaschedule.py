@@ -56,11 +56,11 @@ def model_alone(spec: str, k: int, seed: int, model, tokenizer, evaluator,
     best = min(correct, key=lambda c: c.latency_s) if correct else None
     return {"script": best.script if best else None, "attempts": k,
             "distinct": len(result.candidates), "correct": len(correct),
-            "tiles": sum(_tiles(c.script) for c in result.candidates),
+            "tiles": sum(tiles(c.script) for c in result.candidates),
             "seconds": time.perf_counter() - started}
 
 
-def _tiles(script: str) -> int:
+def tiles(script: str) -> int:
     """1 when ``script`` tiles (``dragon_dsl.stats``), 0 when not or when it does not parse (a
     sample cut at its token budget)."""
     from dragon_dsl.errors import DragonError
@@ -127,8 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _speedup(timed: dict, name: str) -> float | None:
-    base, t = timed["unscheduled"]["median_s"], timed[name]["median_s"]
+def speedup(timed: dict, name: str, over: str = "unscheduled") -> float | None:
+    """``over``'s median latency over ``name``'s in a ``head_to_head`` result; None unless
+    both were timed correct (a side without a script is not in it)."""
+    base = (timed.get(over) or {}).get("median_s")
+    t = (timed.get(name) or {}).get("median_s")
     return base / t if base and t else None
 
 
@@ -142,7 +145,7 @@ def _print(report: dict, args) -> None:
         if base is None or base * 1e6 < args.min_us:
             print(f"{e['workload']:58s} left out: unscheduled under {args.min_us:.0f} us")
             continue
-        ours, theirs = _speedup(t, "model"), _speedup(t, "metaschedule")
+        ours, theirs = speedup(t, "model"), speedup(t, "metaschedule")
         kept.append((ours, theirs))
         ratio = ours / theirs if ours and theirs else None
         print(f"{e['workload']:58s} {base * 1e6:10.1f}us "

@@ -30,20 +30,21 @@ def ratio(timed: dict) -> float | None:
     return theirs / ours if ours and theirs else None
 
 
-def verdict(timed: dict) -> str | None:
-    """"faster", "tie" or "slower" for dragon, by ``codegen.measured.compare``: a tie when the
-    ratio is within the sum of the two re-timings' relative spreads (here their range over the
-    median, wider than the Evaluator's interquartile range, so it calls more ties)."""
+def verdict(timed: dict, ours: str = "dragon", theirs: str = "metaschedule") -> str | None:
+    """"faster", "tie" or "slower" for ``ours`` against ``theirs``, by
+    ``codegen.measured.compare``: a tie when the ratio is within the sum of the two re-timings'
+    relative spreads (here their range over the median, wider than the Evaluator's
+    interquartile range, so it calls more ties); None unless both were timed correct."""
     from types import SimpleNamespace
 
     from codegen.measured import compare
 
     def timing(name: str) -> SimpleNamespace:
-        t = timed[name]
+        t = timed.get(name) or {"median_s": None, "spread_s": None}
         return SimpleNamespace(ok=t["median_s"] is not None, latency_s=t["median_s"],
                                spread_s=t["spread_s"])
 
-    comparison = compare(timing("metaschedule"), timing("dragon"))
+    comparison = compare(timing(theirs), timing(ours))
     return comparison.verdict if comparison is not None else None
 
 
