@@ -18,6 +18,7 @@ from codegen.workloads.families import FAMILIES
 from dragon_dsl.printer import expand_ranges
 from training.prompts.kernel_text import describe, token_counts, tvmscript
 from training.prompts.templates import (
+    PROMPT_KEY,
     PROMPT_VERSION,
     SCRIPT_END,
     STOP,
@@ -26,7 +27,10 @@ from training.prompts.templates import (
     apply_chat_template,
     chat_messages,
     construction_prompt,
+    flip_tiles,
     format_completion,
+    mark_tokenizer,
+    prompt_config_of,
     refinement_prompt,
     split_completion,
     target_name,
@@ -310,6 +314,65 @@ def test_split_completion_tolerates_what_samplers_do():
     with pytest.raises(CompletionError, match="cut off") as info:
         split_completion("tile i [8, 2")
     assert info.value.text == "tile i [8, 2"
+
+
+# ---- format 3: tiles innermost first -----------------------------------------------------
+
+INNER = PromptConfig(tile_order="inner")
+
+
+def test_format_3_writes_a_metaschedule_scripts_tiles_innermost_first_and_back():
+    """Format 3 changes only the order of each ``tile``'s factors, in completions and in the
+    script a refinement prompt shows; the script comes back exactly, and it applies."""
+    from codegen.targets import postproc_set
+
+    from .traces import applies_in_tvm, fixed_traces
+
+    wl = workload("matmul(m=128,n=128,k=128)")
+    [trace] = fixed_traces(wl.spec, "llvm", "llvm", 1)
+    script = dragon_dsl.from_trace(trace, postproc="auto", postproc_set=postproc_set("llvm"),
+                                   workload=wl)
+    written = format_completion(script, INNER)
+    plain = format_completion(script)
+    changed = [(a, b) for a, b in zip(plain.splitlines(), written.splitlines(), strict=True)
+               if a != b]
+    assert changed, "no tile to flip: the test shows nothing"
+    for a, b in changed:
+        assert a.startswith("tile ") and b.startswith("tile ")
+        factors = [re.search(r"\[(.*?)\]", line).group(1).split(", ") for line in (a, b)]
+        assert factors[1] == factors[0][::-1] and a[a.index("]"):] == b[b.index("]"):]
+    assert split_completion(written, config=INNER) == expand_ranges(script)
+    assert flip_tiles(flip_tiles(plain)) == plain
+    assert applies_in_tvm(split_completion(written, config=INNER), wl)
+    refine = refinement_prompt(wl, "llvm", script, 1e-3, INNER)
+    assert written in refine and plain not in refine
+    assert construction_prompt(wl, "llvm", INNER) == construction_prompt(wl, "llvm")
+    assert (PromptConfig().version, INNER.version) == (PROMPT_VERSION, 3)
+    assert PromptConfig.of_version(3) == INNER
+    with pytest.raises(ValueError, match="prompt_version=7"):
+        PromptConfig.of_version(7)
+    with pytest.raises(ValueError, match="tile_order"):
+        PromptConfig(tile_order="sideways")
+
+
+def test_a_models_tokenizer_carries_its_prompt_format(tmp_path):
+    """``mark_tokenizer`` writes the format into the tokenizer, so that every
+    ``tokenizer_config.json`` saved from it names it; ``prompt_config_of`` reads it from the
+    tokenizer or the folder, the default format when there is none, and names a bad one."""
+    tokenizer = _tokenizer(None)
+    assert prompt_config_of(tokenizer) == PromptConfig() == prompt_config_of(tmp_path)
+    mark_tokenizer(tokenizer, INNER)
+    tokenizer.save_pretrained(tmp_path / "m")
+    assert prompt_config_of(tokenizer) == INNER == prompt_config_of(tmp_path / "m")
+    mark_tokenizer(tokenizer, PromptConfig())
+    assert prompt_config_of(tokenizer) == PromptConfig()
+    config = tmp_path / "m" / "tokenizer_config.json"
+    config.write_text(config.read_text().replace(f'"{PROMPT_KEY}": 3', f'"{PROMPT_KEY}": 9'))
+    with pytest.raises(ValueError, match=f"{PROMPT_KEY}=9"):
+        prompt_config_of(tmp_path / "m")
+    config.write_text("{not json")
+    with pytest.raises(ValueError, match="tokenizer_config.json"):
+        prompt_config_of(tmp_path / "m")
 
 
 # ---- chat ----------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from training.grammars.constraints import (
 )
 from training.grammars.statement import statement_grammar
 from training.models.tokenizer import tiny_model
+from training.prompts.templates import flip_tiles, prompt_config_of
 from training.sampling import SamplingConfig, sample_schedule_aware, schedule_aware_generate
 
 from .test_grammar import _ByteTokenizer
@@ -45,9 +46,10 @@ def admits(lark: str, line: str) -> bool:
     return matcher.consume_tokens(list(line.encode())) and matcher.is_accepting()
 
 
-def walk(spec: str, target: str, rules: str, n: int) -> int:
+def walk(spec: str, target: str, rules: str, n: int, tile_order: str = "outer") -> int:
     """Each statement of ``n`` MetaSchedule scripts is admitted by the statement grammar of the
-    state before it, then applies; returns the statements walked."""
+    state before it (written as a model of ``tile_order`` writes it), then applies; returns the
+    statements walked."""
     from codegen.targets import postproc_set
     from training.grammars.constraints import narrowing
 
@@ -61,8 +63,10 @@ def walk(spec: str, target: str, rules: str, n: int) -> int:
         live = LiveSchedule(wl, target)
         for line in script.splitlines():
             lark = statement_grammar(live, postproc_set=postproc_set(rules),
-                                     **narrowing(wl, target, rules))
-            assert admits(lark, line + "\n"), f"{spec} {rules}: refused {line!r}\n{script}"
+                                     **narrowing(wl, target, rules), tile_order=tile_order)
+            written = flip_tiles(line) if tile_order == "inner" else line
+            assert admits(lark, written + "\n"), \
+                f"{spec} {rules}: refused {written!r}\n{script}"
             live.step(line)
             walked += 1
         assert live.postproc_set == postproc_set(rules)
@@ -415,6 +419,39 @@ def test_metaschedule_scripts_are_admitted_statement_by_statement(spec, target, 
     assert walk(spec, target, rules, 3) > 20
 
 
+@pytest.mark.parametrize("spec,target,rules", CASES[:2])
+def test_metaschedule_scripts_are_admitted_with_their_tiles_innermost_first(spec, target, rules):
+    """Prompt format 3 writes a tile's factors innermost first: every MetaSchedule script,
+    its tiles so written, is admitted statement by statement, within the innermost bound."""
+    assert walk(spec, target, rules, 3, tile_order="inner") > 20
+
+
+def test_a_format_3_tile_is_written_innermost_first_within_the_bound():
+    """Innermost first, the bound falls on the first factor written and the last one, the
+    outermost, takes what is left: `[5, 2, 32, 160]` for MetaSchedule's `[160, 32, 2, 5]` of
+    a 51,200-wide dense; the built-in model's `[16, 2, 2, 800]`, reversed, starts over the
+    bound.  Without a bound every ordered factorization is admitted, either way round."""
+    wl = workload("dense(m=2,n=51200,k=2560)")
+    bounds = tile_max_inner(wl, "llvm", "llvm")
+    lengths = tile_lengths(wl, "llvm", "llvm")
+    live = LiveSchedule(wl, "llvm")
+    for line in ['block "T_dense" -> T_dense', "loops T_dense -> i, j, k"]:
+        live.step(line)
+    for state in (live, LiveView.from_data(LiveView.of(live).as_data())):
+        inner = statement_grammar(state, postproc_set="llvm", tile_lengths=lengths,
+                                  tile_max_inner=bounds, tile_order="inner")
+        assert admits(inner, "tile j [5, 2, 32, 160] -> j0, j1, j2, j3\n")
+        assert admits(inner, "tile j [64, 25, 2, 16] -> j0, j1, j2, j3\n")
+        assert not admits(inner, "tile j [800, 2, 2, 16] -> j0, j1, j2, j3\n")
+        assert not admits(inner, "tile j [5, 2, 32, 16] -> j0, j1, j2, j3\n")  # 51,200 / 5,120
+        assert admits(inner, "tile k [1, 2560] -> k0, k1\n")
+        assert not admits(inner, "tile k [128, 20] -> k0, k1\n")
+    loose = statement_grammar(live, postproc_set="llvm", tile_lengths=lengths,
+                              tile_order="inner")
+    for factors in ("[800, 2, 2, 16]", "[16, 2, 2, 800]", "[5, 2, 32, 160]"):
+        assert admits(loose, f"tile j {factors} -> j0, j1, j2, j3\n")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target,rules", TARGETS[:3])
 @pytest.mark.parametrize("spec", WORKLOADS)
@@ -568,6 +605,51 @@ def test_the_innermost_bound_narrows_only_when_asked(model, tokenizer, monkeypat
                                 aware=ScheduleAwareConfig(tile_bound=bound, isolate=False))
     assert out and seen
     assert all(b == ({"i": (64,), "j": (64,), "k": (64,)} if bound else None) for b in seen)
+
+
+def test_a_format_3_model_writes_tiles_innermost_first_and_gets_dragon_back(model, tokenizer,
+                                                                           monkeypatch):
+    """A model whose tokenizer names prompt format 3 is given statement grammars of
+    innermost-first tiles, each of its lines is applied in Dragon's order, and the text handed
+    back is Dragon's: its own tokens with every tile flipped, applying as it stands."""
+    from training.prompts.templates import PromptConfig, construction_prompt, mark_tokenizer
+    from training.sampling import schedule_aware
+    from training.sampling.schedule_aware import ScheduleAwareConfig, _Decoder
+
+    orders: list = []
+    submitted: list[str] = []
+    real, submit = schedule_aware.statement_grammar, _Decoder._submit
+
+    def spy(live, **kwargs):
+        orders.append(kwargs.get("tile_order"))
+        return real(live, **kwargs)
+
+    def spy_submit(self, row, text):
+        submitted.append(text)
+        return submit(self, row, text)
+
+    monkeypatch.setattr(schedule_aware, "statement_grammar", spy)
+    monkeypatch.setattr(_Decoder, "_submit", spy_submit)
+    wl = workload(SPECS[0])
+    mark_tokenizer(tokenizer, PromptConfig(tile_order="inner"))
+    try:
+        out = schedule_aware_generate(
+            model, tokenizer, [construction_prompt(wl, "llvm")] * 6, [wl] * 6, "llvm",
+            sampling=SamplingConfig(max_new_tokens=400, seed=0, stop="<end>"),
+            config=ScheduleAwareConfig(isolate=False))
+    finally:
+        mark_tokenizer(tokenizer, PromptConfig())
+    assert orders and set(orders) == {"inner"}
+    written = [tokenizer.decode(r.tokens).removesuffix("<end>") for r in out]
+    tiles = [line for r in out for line in r.text.splitlines() if line.startswith("tile ")]
+    assert tiles, "no sample tiled: the test shows nothing"
+    assert any(flip_tiles(line) != line for line in tiles)
+    for r, text in zip(out, written, strict=True):
+        assert r.text == flip_tiles(text)
+        if r.applies:
+            assert apply_script(r.text, wl, "llvm").postproc_set == "llvm"
+    assert set(tiles) <= set(submitted)
+    assert prompt_config_of(tokenizer).tile_order == "outer"
 
 
 def test_a_refused_closing_ends_the_sample_at_once(model, tokenizer, monkeypatch):

@@ -120,6 +120,44 @@ def test_every_prompt_and_completion_tokenizes_losslessly(datagen_dir, tmp_path)
         check_tokenizer(Lower(), ["Dragon construction"])
 
 
+def test_a_format_3_run_learns_tiles_innermost_first_and_its_model_says_so(datagen_dir,
+                                                                          tmp_path):
+    """``tile_order="inner"``: the datasets (format 2) are read with every tile of the
+    completions, and of the scripts refinement prompts show, written innermost first, and the
+    final model and each checkpoint carry format 3 in their tokenizer, where every sampler
+    reads it; data already in another format is refused."""
+    from datasets import load_from_disk
+
+    from training.datagen.dataset import save_atomically
+    from training.prompts.templates import flip_tiles, prompt_config_of
+
+    plain = load_examples(_config(datagen_dir, tmp_path / "a"))
+    inner = load_examples(_config(datagen_dir, tmp_path / "b", tile_order="inner"))
+    flipped = 0
+    for before, after in zip(plain["train"], inner["train"], strict=True):
+        assert after["completion"] == flip_tiles(before["completion"])
+        head, _, shown = before["prompt"].partition("\nscript (latency ")
+        assert after["prompt"] == head + (_ + flip_tiles(shown) if _ else "")
+        flipped += after["completion"] != before["completion"]
+    assert flipped, "no completion tiles: the test shows nothing"
+
+    result = run_sft(_config(datagen_dir, tmp_path / "run", tile_order="inner", max_steps=4),
+                     progress=False)
+    assert prompt_config_of(result.final_dir).tile_order == "inner"
+    checkpoints = sorted((tmp_path / "run" / "checkpoints").glob("checkpoint-*"))
+    assert checkpoints and all(prompt_config_of(c).version == 3 for c in checkpoints)
+    assert prompt_config_of(datagen_dir).tile_order == "outer"
+
+    bad = tmp_path / "v3"
+    for task in ("construction", "refinement"):
+        data = load_from_disk(str(datagen_dir / task))
+        save_atomically(data.map(lambda row: {"prompt_version": 3}), str(bad / task))
+    with pytest.raises(RunError, match="prompt format \\[3\\]"):
+        load_examples(_config(bad, tmp_path / "c"))
+    with pytest.raises(ConfigError, match="tile_order"):
+        _config(datagen_dir, tmp_path / "d", tile_order="sideways")
+
+
 def test_loss_covers_the_completion_only(datagen_dir, tmp_path):
     config = _config(datagen_dir, tmp_path / "r")
     data = load_examples(config)

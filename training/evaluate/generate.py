@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from training.evaluate.errors import EvalError
 from training.evaluate.http_model import HttpModel
+from training.prompts.templates import PromptConfig, prompt_config_of
 from training.sampling import load
 from training.sampling.schedule_aware import sample_schedule_aware
 from training.train.run_dir import model_dir
@@ -37,6 +38,7 @@ class Generator(Protocol):
 
     name: str
     source: str
+    prompt_config: PromptConfig  # the prompt format the model reads and writes
 
     def generate(self, prompt: str, workload: WorkloadLike, target: TargetLike, config: Any,
                  seed: int) -> list[dict[str, Any]]:
@@ -65,6 +67,10 @@ class LocalModel:
 
     def __init__(self, name: str, path: str) -> None:
         self.name, self.source = name, str(model_dir(path))
+        try:
+            self.prompt_config = prompt_config_of(self.source)
+        except ValueError as exc:
+            raise EvalError(f"model {self.name!r}: {exc}") from None
         self._loaded: tuple[Any, Any] | None = None
 
     def generate(self, prompt: str, workload: WorkloadLike, target: TargetLike, config: Any,

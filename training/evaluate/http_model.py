@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from training.evaluate.errors import EvalError
 from training.grammars.gbnf import sampling_grammar_as
-from training.prompts.templates import STOP, split_completion
+from training.prompts.templates import STOP, PromptConfig, split_completion
 
 if TYPE_CHECKING:
     from codegen.targets import TargetLike
@@ -130,6 +130,7 @@ class HttpModel:
 
     def __init__(self, name: str, spec: str) -> None:
         self.name, self.source = name, spec
+        self.prompt_config = PromptConfig()  # a served model is asked in the default format
         self.spec = parse_spec(name, spec)
         self.endpoint = f"{self.spec.url}/completions"
 

@@ -480,7 +480,8 @@ def _generate(generator, tasks, start_s, generated, target, config, workload_of,
     name = generator.name
     for task in tqdm(tasks, desc=f"generate {name}", unit="task", disable=not progress):
         wl = workload_of(task)
-        prompt = (refinement_prompt(wl, target, task.start_script, start_s[task.id])
+        prompt = (refinement_prompt(wl, target, task.start_script, start_s[task.id],
+                                    generator.prompt_config)
                   if task.kind == "refinement" else construction_prompt(wl, target))
         started = time.perf_counter()
         samples = generator.generate(prompt, wl, target, config,

@@ -150,6 +150,23 @@ def _factorizations(rules: _Rules, extent: int, n: int, max_inner: int | None = 
     return name
 
 
+def _factorizations_inner_first(rules: _Rules, extent: int, n: int,
+                                max_inner: int | None = None) -> str | None:
+    """Rule ``ti_E_n`` (``ti_E_n_M``): the factorizations of ``_factorizations`` written
+    innermost first (``training.prompts.flip_tiles``): the first factor at most ``max_inner``,
+    the rest any ordered factorization of what is left (a set that reads the same reversed)."""
+    if n == 1:
+        return _factorizations(rules, extent, 1, max_inner)
+    name = f"ti_{extent}_{n}" + (f"_{max_inner}" if max_inner is not None else "")
+    if name not in rules.rules:
+        alts = [(d, _factorizations(rules, extent // d, n - 1)) for d in _divisors(extent)
+                if max_inner is None or d <= max_inner]
+        if not alts:
+            return None
+        rules.add(name, " | ".join(f'{_lit(f"{d}, ")} {rest}' for d, rest in alts))
+    return name
+
+
 def _innermost_bound(bounds: Sequence[int]) -> int | None:
     """The largest innermost factor a tile may have under MetaSchedule's ``bounds`` for its loop
     (None: no bound, when none is known or one of them is 0 or less: no bound in TVM)."""
@@ -185,7 +202,8 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
                       tile_max_inner: Mapping[str, Sequence[int]] | None = None,
                       storage_scopes: Sequence[str] | None = None,
                       ops: Iterable[str] | None = None,
-                      unannotate_keys: Sequence[str] | None = None) -> str:
+                      unannotate_keys: Sequence[str] | None = None,
+                      tile_order: str = "outer") -> str:
     """One statement line (ending with ``\\n``) that may come next in ``live``'s script
     (a live schedule, or a ``LiveView`` of one held in another process).
 
@@ -210,6 +228,8 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
     ``ops``: the statements (their first word; ``@Kind`` for a general form) that may come,
     ``constraints.script_ops``; None: any.  ``unannotate_keys``: the keys ``unannotate`` may
     take off (``constraints.unannotate_keys``); None: any the name carries.
+    ``tile_order``: ``"inner"`` writes a tile's factors innermost first, as a model of prompt
+    format 3 does (``training.prompts.flip_tiles`` turns its line into Dragon's).
 
     A location the last statement drew (``sample_compute_location``) is used by this one, as
     MetaSchedule's scripts always do (the RL model drew locations it never used, and moved
@@ -278,7 +298,8 @@ def statement_grammar(live: LiveSchedule | LiveView, *, postproc_set: str,
         for k in SPLIT_LENGTHS:
             splits.setdefault((k, tuple(live.expected_results("split", lp, k))), []).append(lp)
     for (extent, k, names, named, bounds), group in tiles.items():
-        factors = _factorizations(r, extent, k, _innermost_bound(bounds))
+        factors = (_factorizations_inner_first if tile_order == "inner" else _factorizations)(
+            r, extent, k, _innermost_bound(bounds))
         if factors is None:
             continue
         if tile_max_inner is None:

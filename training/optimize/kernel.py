@@ -452,13 +452,18 @@ class _Search:
         return min(correct, key=lambda c: c.outcome.latency_s) if correct else None
 
     def _prompt(self) -> tuple[str, str, float | None]:
-        from training.prompts.templates import construction_prompt, refinement_prompt
+        from training.prompts.templates import (
+            construction_prompt,
+            prompt_config_of,
+            refinement_prompt,
+        )
 
         best = self.best()
         if best is None:  # nothing correct yet: ask for a construction again
             return "construction", construction_prompt(self.workload, self.target), None
         return ("refinement", refinement_prompt(self.workload, self.target, best.script,
-                                                best.outcome.latency_s),
+                                                best.outcome.latency_s,
+                                                prompt_config_of(self.tokenizer)),
                 best.outcome.latency_s)
 
     def run_transfer(self, corpus: Any) -> None:

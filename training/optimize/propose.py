@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from dragon_dsl.errors import DragonError
 from training.grammars.constraints import workload_grammar
-from training.prompts.templates import construction_prompt, refinement_prompt
+from training.prompts.templates import (
+    PromptConfig,
+    construction_prompt,
+    prompt_config_of,
+    refinement_prompt,
+)
 from training.sampling import sample
 from training.sampling.config import Sample, SamplingConfig
 from training.sampling.schedule_aware import sample_schedule_aware
@@ -58,9 +63,11 @@ class Proposal:
 
 
 def prompt_for(workload: WorkloadLike, target: TargetLike = "llvm", *, refine: str | None = None,
-               latency_s: float | None = None, evaluator: Evaluator | None = None) -> str:
+               latency_s: float | None = None, evaluator: Evaluator | None = None,
+               prompt_config: PromptConfig | None = None) -> str:
     """The construction prompt, or with ``refine`` the refinement prompt.  The script to refine
-    is measured with ``evaluator`` when ``latency_s`` is not given; it must be correct."""
+    is measured with ``evaluator`` when ``latency_s`` is not given; it must be correct.
+    ``prompt_config``: the format the model reads (``prompt_config_of(tokenizer)``)."""
     if refine is None:
         return construction_prompt(workload, target)
     if latency_s is None:
@@ -68,7 +75,7 @@ def prompt_for(workload: WorkloadLike, target: TargetLike = "llvm", *, refine: s
             raise ProposeError("refining needs the script's latency: pass latency_s= or an "
                                "evaluator to measure it")
         latency_s = measured_latency(workload, refine, evaluator)
-    return refinement_prompt(workload, target, refine, latency_s)
+    return refinement_prompt(workload, target, refine, latency_s, prompt_config)
 
 
 def measured_latency(workload: WorkloadLike, script: str, evaluator: Evaluator) -> float:
@@ -90,7 +97,7 @@ def propose(model, tokenizer, workload: WorkloadLike, target: TargetLike = "llvm
     if grammar not in GRAMMARS:
         raise ValueError(f"Expected one of {GRAMMARS} but got grammar={grammar!r}")
     prompt = prompt_for(workload, target, refine=refine, latency_s=latency_s,
-                        evaluator=evaluator)
+                        evaluator=evaluator, prompt_config=prompt_config_of(tokenizer))
     config = config or SamplingConfig()
     if grammar == "schedule":
         samples = sample_schedule_aware(model, tokenizer, prompt, workload, target, config)

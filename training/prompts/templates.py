@@ -30,9 +30,12 @@ another (``tests/test_prompts.py`` pins the version-1 text).
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from codegen.targets import as_target
@@ -46,12 +49,18 @@ if TYPE_CHECKING:
     from codegen.targets import TargetLike
     from codegen.workloads.workload import WorkloadLike
 
-__all__ = ["KERNEL_FORMATS", "PROMPT_VERSION", "SCRIPT_END", "STOP", "SYSTEM_PROMPT",
-           "CompletionError", "PromptConfig", "apply_chat_template", "chat_messages",
-           "construction_prompt", "format_completion", "refinement_prompt",
-           "split_completion", "target_name"]
+__all__ = ["KERNEL_FORMATS", "PROMPT_KEY", "PROMPT_VERSION", "SCRIPT_END", "STOP",
+           "SYSTEM_PROMPT", "TILE_ORDERS", "CompletionError", "PromptConfig",
+           "apply_chat_template", "chat_messages", "construction_prompt", "flip_tiles",
+           "format_completion", "mark_tokenizer", "prompt_config_of", "refinement_prompt",
+           "reformat", "split_completion", "target_name"]
 
 PROMPT_VERSION = 2
+# Version 3 is version 2 with each tile's factors written innermost first (tile_order="inner").
+INNER_FIRST_VERSION = 3
+TILE_ORDERS = ("outer", "inner")
+# In a model's tokenizer config: the prompt format it was trained on (absent: PROMPT_VERSION).
+PROMPT_KEY = "dragon_prompt_version"
 STOP = "<end>"
 SCRIPT_END = f"\n{STOP}\n"
 KERNEL_FORMATS = ("compact", "tvmscript")
@@ -89,14 +98,36 @@ class PromptConfig:
         "help": "significant digits of the latency shown in refinement prompts"})
     system_prompt: str = field(default=SYSTEM_PROMPT, metadata={
         "help": "the system message of chat_messages (instruct models only)"})
+    tile_order: str = field(default="outer", metadata={
+        "help": "how the model writes a tile's factors: 'outer' (outermost first, as Dragon "
+                "does) or 'inner' (innermost first, prompt format 3: the factor written last "
+                "takes what is left of the loop, and it is the outermost; flip_tiles)"})
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNEL_FORMATS:
             raise ValueError(f"Expected one of {', '.join(KERNEL_FORMATS)} but got "
                              f"kernel={self.kernel!r}")
+        if self.tile_order not in TILE_ORDERS:
+            raise ValueError(f"Expected one of {', '.join(TILE_ORDERS)} but got "
+                             f"tile_order={self.tile_order!r}")
         if not isinstance(self.latency_digits, int) or not 1 <= self.latency_digits <= 17:
             raise ValueError(f"Expected an int in 1..17 but got "
                              f"latency_digits={self.latency_digits!r}")
+
+    @property
+    def version(self) -> int:
+        """The prompt format's version: ``PROMPT_VERSION``, or 3 for innermost-first tiles."""
+        return INNER_FIRST_VERSION if self.tile_order == "inner" else PROMPT_VERSION
+
+    @classmethod
+    def of_version(cls, version: int) -> PromptConfig:
+        """The config of a dataset row's ``prompt_version``."""
+        if version == PROMPT_VERSION:
+            return cls()
+        if version == INNER_FIRST_VERSION:
+            return cls(tile_order="inner")
+        raise ValueError(f"Expected prompt format {PROMPT_VERSION} or {INNER_FIRST_VERSION} "
+                         f"but got prompt_version={version!r}")
 
 
 _DEFAULT = PromptConfig()
@@ -140,10 +171,11 @@ def refinement_prompt(workload: WorkloadLike, target: TargetLike, script: str, l
                         f"script={type(script).__name__}")
     latency = _latency_text(latency_s, config.latency_digits)
     return (f"{_header('refinement', target, config)}{_kernel(workload, config)}"
-            f"script (latency {latency}):\n{format_completion(script)}improved script:\n")
+            f"script (latency {latency}):\n{format_completion(script, config)}"
+            f"improved script:\n")
 
 
-def format_completion(script: str) -> str:
+def format_completion(script: str, config: PromptConfig | None = None) -> str:
     """A script as the model writes it: the script with its name ranges written out
     (``dragon_dsl.printer.expand_ranges``: ``i0..i3`` as ``i0, i1, i2, i3``, the only form the
     sampling grammars admit, so that a model never learns a form its decoder forbids), then
@@ -153,15 +185,24 @@ def format_completion(script: str) -> str:
     'annotate root x=1\\n<end>\\n'
     >>> format_completion("tile i [2, 4] -> i0, i1\\nloops C -> l0..l2\\n")
     'tile i [2, 4] -> i0, i1\\nloops C -> l0, l1, l2\\n<end>\\n'
+
+    With ``config.tile_order == "inner"`` each tile's factors are written innermost first
+    (``flip_tiles``).
     """
-    return expand_ranges(script.rstrip("\n")) + SCRIPT_END
+    text = expand_ranges(script.rstrip("\n"))
+    if config is not None and config.tile_order == "inner":
+        text = flip_tiles(text)
+    return text + SCRIPT_END
 
 
-def split_completion(text: str, *, require_end: bool = True) -> str:
+def split_completion(text: str, *, require_end: bool = True,
+                     config: PromptConfig | None = None) -> str:
     """The script of a completion: the text before ``STOP``, ending with one newline (or ``""``).
 
     Without ``STOP`` the completion was cut off and ``CompletionError`` is raised, unless
-    ``require_end=False`` (for a sampler that strips the stop string it stopped at).
+    ``require_end=False`` (for a sampler that strips the stop string it stopped at).  A model
+    of ``config.tile_order == "inner"`` wrote its tiles innermost first; they come back in
+    Dragon's order.
 
     >>> split_completion("tile i [8, 8] -> i0..i1\\n<end>\\n")
     'tile i [8, 8] -> i0..i1\\n'
@@ -175,7 +216,85 @@ def split_completion(text: str, *, require_end: bool = True) -> str:
                                   text=text)
         index = len(text)
     script = text[:index].rstrip("\n")
+    if config is not None and config.tile_order == "inner":
+        script = flip_tiles(script)
     return script + "\n" if script.strip() else ""
+
+
+_TILE_FACTORS = re.compile(r"^([ \t]*tile [^\s\[]+ \[)([^\]\n]*)\]", re.MULTILINE)
+
+
+def flip_tiles(text: str) -> str:
+    """``text`` with the factors of each ``tile`` statement in the opposite order: Dragon's
+    outermost-first lists as a format-3 model writes them, innermost first, and back (the
+    function is its own inverse).  Only ``tile`` lines change (not ``sample_tile``,
+    ``partitioned_tile`` or ``split``).
+
+    Why: a model writing outermost first learned the outer factors' usual small sizes, and the
+    innermost factor took whatever was left of a long loop (``tile j [16, 2, 2, 800]`` of
+    51,200 against MetaSchedule's ``[160, 32, 2, 5]``); innermost first, the last factor
+    written, the outermost, takes it.
+
+    >>> flip_tiles("tile j [160, 32, 2, 5] -> j0, j1, j2, j3\\nsplit k [none, 4] -> k0, k1\\n")
+    'tile j [5, 2, 32, 160] -> j0, j1, j2, j3\\nsplit k [none, 4] -> k0, k1\\n'
+    """
+    def flip(m: re.Match) -> str:
+        factors = [f.strip() for f in m.group(2).split(",")]
+        return f"{m.group(1)}{', '.join(reversed(factors))}]"
+
+    return _TILE_FACTORS.sub(flip, text)
+
+
+def reformat(prompt: str, completion: str, config: PromptConfig) -> tuple[str, str]:
+    """An example written in the default format (a dataset row's ``prompt`` and
+    ``completion``) as ``config`` writes it: the script a refinement prompt shows and the
+    completion's, with their tiles in ``config.tile_order``.
+
+    >>> inner = PromptConfig(tile_order="inner")
+    >>> reformat("kernel:\\nscript (latency 1 us):\\ntile i [4, 2] -> i0, i1\\n",
+    ...          "tile i [8, 1] -> i0, i1\\n", inner)
+    ('kernel:\\nscript (latency 1 us):\\ntile i [2, 4] -> i0, i1\\n', 'tile i [1, 8] -> i0, i1\\n')
+    """
+    if config.tile_order == "outer":
+        return prompt, completion
+    at = prompt.find("\nscript (latency ")
+    if at >= 0:
+        prompt = prompt[:at] + flip_tiles(prompt[at:])
+    return prompt, flip_tiles(completion)
+
+
+def prompt_config_of(model: Any) -> PromptConfig:
+    """The prompt format a model was trained on, read from its tokenizer (a tokenizer, or a
+    model directory's ``tokenizer_config.json``), where ``mark_tokenizer`` wrote it; the
+    default format when it names none (every model before format 3, and a hub model).
+
+    >>> prompt_config_of(None).tile_order
+    'outer'
+    """
+    if model is None:
+        return _DEFAULT
+    if isinstance(model, (str, Path)):
+        path = Path(model) / "tokenizer_config.json"
+        try:
+            kwargs = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{path}: not a JSON tokenizer config ({exc})") from exc
+    else:
+        kwargs = getattr(model, "init_kwargs", None) or {}
+    version = kwargs.get(PROMPT_KEY, PROMPT_VERSION) if isinstance(kwargs, dict) else None
+    try:
+        return PromptConfig.of_version(version)
+    except ValueError as exc:
+        raise ValueError(f"the model's tokenizer names {PROMPT_KEY}={version!r}: {exc}") from exc
+
+
+def mark_tokenizer(tokenizer: Any, config: PromptConfig) -> None:
+    """Record in ``tokenizer`` (and so in every ``tokenizer_config.json`` saved from it, each
+    checkpoint's and the final model's) the prompt format its model is trained on."""
+    if config.version == PROMPT_VERSION:
+        tokenizer.init_kwargs.pop(PROMPT_KEY, None)
+    else:
+        tokenizer.init_kwargs[PROMPT_KEY] = config.version
 
 
 def chat_messages(workload: WorkloadLike, target: TargetLike, script: str | None = None,

@@ -12,7 +12,7 @@ from transformers import LogitsProcessorList
 
 import dragon_dsl
 from training.grammars.constraints import sampling_grammar
-from training.prompts.templates import STOP
+from training.prompts.templates import STOP, flip_tiles, prompt_config_of
 from training.sampling.config import Sample, SamplingConfig
 from training.sampling.grammar_processor import (
     GrammarLogitsProcessor,
@@ -83,6 +83,7 @@ def sample(model, tokenizer, prompt: str | Sequence[str],
     eos = eos_token_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     decoder = llg_tokenizer(tokenizer, eos)
+    flip = prompt_config_of(tokenizer).tile_order == "inner"
     processor = _processor(model, tokenizer, config, eos) if config.constrained else None
     devices = [] if model.device.type == "cpu" else [model.device]
     samples = []
@@ -104,7 +105,7 @@ def sample(model, tokenizer, prompt: str | Sequence[str],
             generated = out[:, inputs["input_ids"].shape[1]:].tolist()
             for r, (i, ids) in enumerate(zip(rows, generated, strict=True)):
                 samples.append(_sample(ids, i, r, set(eos), pad, decoder, processor,
-                                       config.stop))
+                                       config.stop, flip))
     return samples
 
 
@@ -139,7 +140,7 @@ def _processor(model, tokenizer, config: SamplingConfig, eos: list[int]):
 
 
 def _sample(ids: list[int], prompt_index: int, row: int, eos: set[int], pad: int, decoder,
-            processor, stop: str | None) -> Sample:
+            processor, stop: str | None, flip: bool = False) -> Sample:
     end = next((k for k, t in enumerate(ids) if t in eos), None)
     script = ids if end is None else ids[:end]
     text = decoder.decode_bytes(script).decode("utf-8", errors="replace")
@@ -151,6 +152,8 @@ def _sample(ids: list[int], prompt_index: int, row: int, eos: set[int], pad: int
             text, end = text[:at], len(script)
             while script and script[-1] == pad:  # generate() pads a row stopped by the marker
                 script = script[:-1]
+    if flip:  # a model of prompt format 3 wrote its tiles innermost first
+        text = flip_tiles(text)
     error = ""
     try:
         dragon_dsl.parse(text)

@@ -32,6 +32,11 @@ statement level, so its probability is the masked one divided by the chance of a
 part of the sample and carry no logprob.  Forced tokens have logprob 0 (the mask allowed only
 them) and are flagged, so a trainer can leave them out of the loss.
 
+A model trained on prompt format 3 (its tokenizer says so: ``training.prompts.prompt_config_of``)
+writes a tile's factors innermost first: its statement grammar admits them so, each line is
+flipped into Dragon's order before it is applied (``training.prompts.flip_tiles``), and the
+text handed back is Dragon's.
+
 The generation loop is our own (``model.generate`` cannot take tokens back): one forward pass
 per step with a ``DynamicCache``, explicit position ids, and an attention mask with holes
 where tokens were rolled back.
@@ -57,6 +62,7 @@ from dragon_dsl.live import LiveSchedule
 from dragon_dsl.live_view import LiveView
 from training.grammars.constraints import sampling_grammar
 from training.grammars.statement import statement_grammar
+from training.prompts.templates import flip_tiles, prompt_config_of
 from training.sampling.config import SamplingConfig
 from training.sampling.grammar_processor import llg_tokenizer, with_end_marker
 from training.sampling.live_worker import HolderCrashed, shared
@@ -208,6 +214,9 @@ class _Decoder:
         self.max_new_tokens, self.stop = sampling.max_new_tokens, sampling.stop
         self.eos = eos
         self.config = config
+        # A model of prompt format 3 writes tiles innermost first: its lines are flipped into
+        # Dragon's order before they are applied, and its text when it is handed back.
+        self.flip = prompt_config_of(tokenizer).tile_order == "inner"
         self.holder = shared(target, timeout=config.holder_timeout,
                              memory_limit_mb=config.holder_memory_mb or None,
                              workers=config.holders) if config.isolate else None
@@ -283,6 +292,8 @@ class _Decoder:
         the process holding the schedule died; the row ends."""
         text = self.llg.decode_bytes(row.tokens[row.stmt_start:]).decode("utf-8", "replace")
         text = text[:text.index("\n")]
+        if self.flip:
+            text = flip_tiles(text)
         start = time.perf_counter()
         try:
             self._submit(row, text)
@@ -539,6 +550,8 @@ class _Decoder:
         text = self.llg.decode_bytes(row.tokens).decode("utf-8", "replace")
         if self.stop and text.endswith(self.stop):
             text = text[: -len(self.stop)]
+        if self.flip:
+            text = flip_tiles(text)
         # Refused statements were taken out: the kept script applies once `postproc auto` did.
         applies = row.live.postproc_set is not None
         return ScheduleAwareResult(row.tokens, row.logprobs, row.forced, text, row.finish_reason,
@@ -579,8 +592,10 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     config = config or ScheduleAwareConfig()
     narrowed = [dict(narrowing(w, target, rules), categorical=lists)
                 for w, lists in zip(workloads, categorical, strict=True)]
-    if not config.tile_bound:
-        for kwargs in narrowed:
+    tile_order = prompt_config_of(tokenizer).tile_order
+    for kwargs in narrowed:
+        kwargs["tile_order"] = tile_order
+        if not config.tile_bound:
             kwargs.pop("tile_max_inner", None)
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:

@@ -46,7 +46,7 @@ from codegen.workloads import workload as make_workload
 from dragon_dsl import format as canonical
 from dragon_dsl import to_tvm_json
 from dragon_dsl.errors import DragonError
-from training.prompts.templates import split_completion
+from training.prompts.templates import PromptConfig, split_completion
 
 if TYPE_CHECKING:
     from codegen.targets import TargetLike
@@ -215,6 +215,8 @@ class Rewarder:
             self._owned.append(timer)
         self.evaluator, self.timer = evaluator, timer
         self.reports: list[GroupReport] = []
+        # The format completions are written in (the policy's tokenizer says: prompt_config_of).
+        self.prompt_config = PromptConfig()
 
     def reference(self, workload: WorkloadLike, start_script: str | None) -> Outcome:
         """The reference outcome, measured now: the unscheduled kernel, or the given script."""
@@ -277,7 +279,8 @@ class Rewarder:
         completions; consecutive completions of one prompt form a group."""
         starts = start_script or [None] * len(completions)
         texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-        scripts = [split_completion(t, require_end=False) for t in texts]
+        scripts = [split_completion(t, require_end=False, config=self.prompt_config)
+                   for t in texts]
         rewards: list[float] = [0.0] * len(scripts)
         i = 0
         while i < len(scripts):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from training.models.tokenizer import tiny_config, tiny_model, train_tokenizer
+from training.prompts.templates import PROMPT_VERSION, PromptConfig, mark_tokenizer, reformat
 from training.train.run_dir import (
     METRICS_FILE,
     RunError,
@@ -96,7 +97,14 @@ def load_examples(config: SFTRunConfig) -> dict[str, Any]:
             if not {"prompt", "completion"} <= columns:
                 raise RunError(f"{path}: its {split} split has no prompt and completion "
                                f"columns (it has {sorted(columns)})")
-            splits[split].append(data[split].select_columns(["prompt", "completion"]))
+            if "prompt_version" in columns:
+                versions = set(data[split]["prompt_version"]) - {PROMPT_VERSION}
+                if versions:
+                    raise RunError(f"{path}: its {split} split holds prompt format "
+                                   f"{sorted(versions)}; dragon sft reads format "
+                                   f"{PROMPT_VERSION} and writes others itself (tile_order)")
+            splits[split].append(_in_format(
+                data[split].select_columns(["prompt", "completion"]), config))
     train = concatenate_datasets(splits["train"]).shuffle(seed=config.seed)
     validation = concatenate_datasets(splits["validation"])
     if config.max_eval_examples and len(validation) > config.max_eval_examples:
@@ -104,6 +112,19 @@ def load_examples(config: SFTRunConfig) -> dict[str, Any]:
     if len(train) == 0:
         raise RunError(f"the train splits of {config.tasks} in {root} are empty")
     return {"train": train, "validation": validation}
+
+
+def _in_format(rows: Any, config: SFTRunConfig) -> Any:
+    """Dataset rows written in the prompt format the run trains (``config.tile_order``)."""
+    prompt_config = PromptConfig(tile_order=config.tile_order)
+    if prompt_config.version == PROMPT_VERSION:
+        return rows
+
+    def one(row: dict[str, str]) -> dict[str, str]:
+        prompt, completion = reformat(row["prompt"], row["completion"], prompt_config)
+        return {"prompt": prompt, "completion": completion}
+
+    return rows.map(one, load_from_cache_file=False, keep_in_memory=True)
 
 
 def check_tokenizer(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> None:
@@ -264,6 +285,8 @@ def _train(config: SFTRunConfig, run: Path, data: dict[str, Any], checkpoint: st
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True)
     else:
         tokenizer = make_tokenizer(config, data["train"])  # deterministic: the same everywhere
+    # Every tokenizer saved from here on (checkpoints, final) names the prompt format.
+    mark_tokenizer(tokenizer, PromptConfig(tile_order=config.tile_order))
     texts = [t for split in data.values() for col in ("prompt", "completion") for t in split[col]]
     check_tokenizer(tokenizer, texts)
     lengths = [len(tokenizer(p + c, add_special_tokens=False).input_ids) + 1

@@ -32,6 +32,7 @@ from typing import Any
 
 from dragon_dsl import configs
 from dragon_dsl.configs import ConfigError, names
+from training.prompts.templates import TILE_ORDERS
 
 __all__ = ["CONFIGS_DIR", "PRESETS", "TASKS", "ConfigError", "SFTRunConfig", "TrainerScale",
            "check_scale", "check_types", "config_dict", "deepspeed_path", "field_checker",
@@ -109,6 +110,11 @@ class SFTRunConfig(TrainerScale):
     model: str = field(default=TINY, metadata=_help(
         "'tiny' (a small Llama built from a config, trained from scratch with a tokenizer "
         "trained on the data) or a local model directory (nothing is downloaded)."))
+    tile_order: str = field(default="outer", metadata=_help(
+        "How the model learns to write a tile's factors: 'outer' (outermost first, as Dragon "
+        "does: prompt format 2) or 'inner' (innermost first: prompt format 3, the last factor "
+        "written takes what is left of the loop).  The datasets stay in format 2; the model's "
+        "tokenizer records the format, and every sampler reads it there."))
     hidden_size: int = field(default=128, metadata=_help("tiny: the model's width."))
     layers: int = field(default=4, metadata=_help("tiny: transformer layers."))
     heads: int = field(default=4, metadata=_help("tiny: attention heads (divides hidden_size)."))
@@ -155,6 +161,7 @@ def validate(config: SFTRunConfig) -> None:
                  "logging_steps", "save_steps", "save_total_limit"):
         need(getattr(config, name) >= 1, name, ">= 1")
     need(config.hidden_size % config.heads == 0, "hidden_size", "a multiple of heads")
+    need(config.tile_order in TILE_ORDERS, "tile_order", f"one of {TILE_ORDERS}")
     need(config.vocab_size >= 259, "vocab_size", ">= 259 (every byte and 3 special tokens)")
     need(config.min_frequency >= 1, "min_frequency", ">= 1")
     need(config.max_steps == -1 or config.max_steps >= 1, "max_steps", "-1 or >= 1")
