@@ -190,3 +190,19 @@ def test_best_of_replaces_the_groups_rewards():
     assert best_rewards[0] == pytest.approx(mean_rewards[0])  # the group's best keeps its own
     with pytest.raises(ValueError, match="best_of"):
         RewardConfig(best_of=0)
+
+
+def test_a_format_3_policys_completions_are_scored_in_dragons_order():
+    """A policy of prompt format 3 writes its tiles innermost first: the reward measures the
+    script in Dragon's order (``Rewarder.prompt_config``, set from the policy's tokenizer)."""
+    from codegen.workloads import workload
+    from training.prompts.templates import PromptConfig
+
+    dragon = "tile i [4, 2] -> i0, i1\n"
+    rewarder = Rewarder(evaluator=_Fixed({dragon: 1.0}), config=RewardConfig(retime_best=False))
+    rewarder.prompt_config = PromptConfig(tile_order="inner")
+    args = dict(prompts=["p"], workload=[workload("matmul(m=8,n=8,k=8)")])
+    assert rewarder(completions=["tile i [2, 4] -> i0, i1\n<end>\n"], **args)[0] > 0
+    with pytest.raises(KeyError):  # as written, not the script measured
+        Rewarder(evaluator=_Fixed({dragon: 1.0}), config=RewardConfig(retime_best=False))(
+            completions=["tile i [2, 4] -> i0, i1\n<end>\n"], **args)

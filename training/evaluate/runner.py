@@ -481,7 +481,7 @@ def _generate(generator, tasks, start_s, generated, target, config, workload_of,
     for task in tqdm(tasks, desc=f"generate {name}", unit="task", disable=not progress):
         wl = workload_of(task)
         prompt = (refinement_prompt(wl, target, task.start_script, start_s[task.id],
-                                    generator.prompt_config)
+                                    getattr(generator, "prompt_config", None))
                   if task.kind == "refinement" else construction_prompt(wl, target))
         started = time.perf_counter()
         samples = generator.generate(prompt, wl, target, config,
