@@ -210,3 +210,22 @@ def test_cli_validates_and_refuses(tmp_path, capsys):
     assert "best_of" in err and "num_generations=4" in err
     assert main(["rl", "--preset", "tiny", "--best-of", "4", "--model", "m", "--validate"]) == 0
     assert json.loads(capsys.readouterr().out)["best_of"] == 4
+
+
+def test_a_format_3_policy_reads_its_prompts_tiles_innermost_first(datagen_dir):
+    """``dragon rl`` of a format-3 model prompts it as it was trained: the script a refinement
+    prompt shows has its tiles innermost first; construction prompts, and any prompt for a
+    format-2 model, are as the datasets hold them."""
+    from training.prompts.templates import PromptConfig, flip_tiles
+    from training.train.rl import _in_format, load_prompts
+
+    prompts = load_prompts(RLRunConfig(data=str(datagen_dir), out="unused"))
+    assert _in_format(prompts, PromptConfig()) is prompts
+    inner = _in_format(prompts, PromptConfig(tile_order="inner"))
+    changed = 0
+    for before, after in zip(prompts, inner, strict=True):
+        head, marker, shown = before["prompt"].partition("\nscript (latency ")
+        assert after["prompt"] == head + marker + flip_tiles(shown)
+        assert marker or after["prompt"] == before["prompt"]
+        changed += after["prompt"] != before["prompt"]
+    assert changed, "no refinement prompt shows a tile: the test shows nothing"
