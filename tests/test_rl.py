@@ -216,12 +216,13 @@ def test_a_format_3_policy_reads_its_prompts_tiles_innermost_first(datagen_dir):
     """``dragon rl`` of a format-3 model prompts it as it was trained: the script a refinement
     prompt shows has its tiles innermost first; construction prompts, and any prompt for a
     format-2 model, are as the datasets hold them."""
+    from training.datagen.dataset import in_prompt_format
     from training.prompts.templates import PromptConfig, flip_tiles
-    from training.train.rl import _in_format, load_prompts
+    from training.train.rl import load_prompts
 
     prompts = load_prompts(RLRunConfig(data=str(datagen_dir), out="unused"))
-    assert _in_format(prompts, PromptConfig()) is prompts
-    inner = _in_format(prompts, PromptConfig(tile_order="inner"))
+    assert in_prompt_format(prompts, PromptConfig()) is prompts
+    inner = in_prompt_format(prompts, PromptConfig(tile_order="inner"))
     changed = 0
     for before, after in zip(prompts, inner, strict=True):
         head, marker, shown = before["prompt"].partition("\nscript (latency ")

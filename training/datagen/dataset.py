@@ -22,9 +22,11 @@ from typing import Any
 from dragon_dsl.files import atomic_file, replace_dir
 from training.datagen.examples import SPLITS, Examples
 from training.datagen.records import Record
+from training.prompts.templates import PROMPT_VERSION, PromptConfig, reformat
 
 __all__ = ["FEATURES", "RECORDS_FILE", "TASKS", "construction_features", "dataset_dict",
-           "refinement_features", "save_atomically", "write_datasets", "write_records"]
+           "in_prompt_format", "refinement_features", "save_atomically", "write_datasets",
+           "write_records"]
 
 RECORDS_FILE = "records.jsonl.gz"
 TASKS = ("construction", "refinement")
@@ -74,6 +76,22 @@ def dataset_dict(rows: dict[str, list[dict[str, Any]]], features: Any) -> Any:
     return DatasetDict({split: Dataset.from_dict(
         {name: [row[name] for row in rows.get(split, [])] for name in features},
         features=features) for split in SPLITS})
+
+
+def in_prompt_format(rows: Any, config: PromptConfig) -> Any:
+    """Dataset rows (format ``PROMPT_VERSION``, as datasets are written) with their ``prompt``
+    and, where there is one, ``completion`` as a model of ``config``'s format reads and writes
+    them (``training.prompts.reformat``), in memory; the rows themselves for the default."""
+    if config.version == PROMPT_VERSION:
+        return rows
+    completions = "completion" in rows.column_names
+
+    def one(row: dict[str, Any]) -> dict[str, str]:
+        prompt, completion = reformat(row["prompt"], row["completion"] if completions else "",
+                                      config)
+        return {"prompt": prompt, "completion": completion} if completions else {"prompt": prompt}
+
+    return rows.map(one, load_from_cache_file=False, keep_in_memory=True)
 
 
 def save_atomically(data: Any, path: str) -> None:

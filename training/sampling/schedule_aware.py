@@ -216,7 +216,8 @@ class _Decoder:
         self.config = config
         # A model of prompt format 3 writes tiles innermost first: its lines are flipped into
         # Dragon's order before they are applied, and its text when it is handed back.
-        self.flip = prompt_config_of(tokenizer).tile_order == "inner"
+        self.tile_order = prompt_config_of(tokenizer).tile_order
+        self.flip = self.tile_order == "inner"
         self.holder = shared(target, timeout=config.holder_timeout,
                              memory_limit_mb=config.holder_memory_mb or None,
                              workers=config.holders) if config.isolate else None
@@ -273,7 +274,7 @@ class _Decoder:
         start = time.perf_counter()
         try:
             lark = statement_grammar(row.live, postproc_set=self.postproc_set,
-                                     **self.narrowing[row_index])
+                                     tile_order=self.tile_order, **self.narrowing[row_index])
         except Exception as exc:  # noqa: BLE001  a query TVM refuses: narrow nothing this time
             row.error = f"narrowing the next statement failed: {exc}"
             lark = 'start: /[^\n]*/ "\n"'
@@ -592,10 +593,8 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     config = config or ScheduleAwareConfig()
     narrowed = [dict(narrowing(w, target, rules), categorical=lists)
                 for w, lists in zip(workloads, categorical, strict=True)]
-    tile_order = prompt_config_of(tokenizer).tile_order
-    for kwargs in narrowed:
-        kwargs["tile_order"] = tile_order
-        if not config.tile_bound:
+    if not config.tile_bound:
+        for kwargs in narrowed:
             kwargs.pop("tile_max_inner", None)
     eos = list(eos_token_ids) if eos_token_ids else [tokenizer.eos_token_id]
     if tokenizer.pad_token_id is None:

@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from codegen.measure import Evaluator
 from codegen.workloads import workload
-from training.prompts.templates import PROMPT_VERSION, PromptConfig, prompt_config_of, reformat
+from training.datagen.dataset import in_prompt_format
+from training.prompts.templates import prompt_config_of
 from training.sampling.rollout import ScheduleRollout
 from training.train.grpo_config import RLRunConfig, resolve_rl
 from training.train.run_dir import (
@@ -102,14 +103,6 @@ class RLResult:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-
-def _in_format(prompts: Any, config: PromptConfig) -> Any:
-    """The datasets' prompts (format 2) as a model of ``config``'s format reads them."""
-    if config.version == PROMPT_VERSION:
-        return prompts
-    return prompts.map(lambda row: {"prompt": reformat(row["prompt"], "", config)[0]},
-                       load_from_cache_file=False, keep_in_memory=True)
 
 
 def load_prompts(config: RLRunConfig) -> Any:
@@ -362,7 +355,7 @@ def _train(config: RLRunConfig, run: Path, source: Path, target: Any, prompts: A
     set_seed(config.seed)
     model, tokenizer = load_model_dir(source, bf16=config.bf16)
     prompt_config = prompt_config_of(tokenizer)  # the format the model was trained on
-    prompts = _in_format(prompts, prompt_config)
+    prompts = in_prompt_format(prompts, prompt_config)
     if is_main_process():  # the run's first files, once its model loaded
         write_config(config, run)
         repair_metrics(run / METRICS_FILE)

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from training.datagen.dataset import in_prompt_format
 from training.models.tokenizer import tiny_config, tiny_model, train_tokenizer
-from training.prompts.templates import PROMPT_VERSION, PromptConfig, mark_tokenizer, reformat
+from training.prompts.templates import PROMPT_VERSION, PromptConfig, mark_tokenizer
 from training.train.run_dir import (
     METRICS_FILE,
     RunError,
@@ -103,8 +104,9 @@ def load_examples(config: SFTRunConfig) -> dict[str, Any]:
                     raise RunError(f"{path}: its {split} split holds prompt format "
                                    f"{sorted(versions)}; dragon sft reads format "
                                    f"{PROMPT_VERSION} and writes others itself (tile_order)")
-            splits[split].append(_in_format(
-                data[split].select_columns(["prompt", "completion"]), config))
+            splits[split].append(in_prompt_format(
+                data[split].select_columns(["prompt", "completion"]),
+                PromptConfig(tile_order=config.tile_order)))
     train = concatenate_datasets(splits["train"]).shuffle(seed=config.seed)
     validation = concatenate_datasets(splits["validation"])
     if config.max_eval_examples and len(validation) > config.max_eval_examples:
@@ -112,19 +114,6 @@ def load_examples(config: SFTRunConfig) -> dict[str, Any]:
     if len(train) == 0:
         raise RunError(f"the train splits of {config.tasks} in {root} are empty")
     return {"train": train, "validation": validation}
-
-
-def _in_format(rows: Any, config: SFTRunConfig) -> Any:
-    """Dataset rows written in the prompt format the run trains (``config.tile_order``)."""
-    prompt_config = PromptConfig(tile_order=config.tile_order)
-    if prompt_config.version == PROMPT_VERSION:
-        return rows
-
-    def one(row: dict[str, str]) -> dict[str, str]:
-        prompt, completion = reformat(row["prompt"], row["completion"], prompt_config)
-        return {"prompt": prompt, "completion": completion}
-
-    return rows.map(one, load_from_cache_file=False, keep_in_memory=True)
 
 
 def check_tokenizer(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> None:
