@@ -847,3 +847,83 @@ def test_a_script_that_changes_nothing_does_not_end():
     view = LiveView.from_data(LiveView.of(live).as_data())
     for state in (live, view):
         assert admits(statement_grammar(state, postproc_set="llvm", **keys), "postproc auto llvm\n")
+
+
+def test_the_cache_appended_in_place_gives_the_concatenated_caches_logits(model):
+    """The decoder's cache appends each step's keys and values into room that doubles; across
+    regrowths, and with holes in the attention mask, every step's logits are those of
+    transformers' own ``DynamicCache``."""
+    from transformers import DynamicCache
+
+    from training.sampling.schedule_aware import _growing_cache
+
+    torch.manual_seed(0)
+    ids = torch.randint(3, 200, (3, 5))
+    logits = {}
+    for name, cache in (("plain", DynamicCache()), ("grown", _growing_cache(DynamicCache))):
+        mask = torch.ones(3, 5, dtype=torch.long)
+        seen = []
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, past_key_values=cache,
+                        use_cache=True)
+            for step in range(150):  # past 64 and 128: the room grows twice
+                keep = torch.tensor([[1], [step % 3 != 0], [1]], dtype=torch.long)
+                mask = torch.cat([mask, keep], dim=1)
+                token = out.logits[:, -1].argmax(-1, keepdim=True)
+                out = model(input_ids=token, attention_mask=mask, past_key_values=cache,
+                            position_ids=mask.sum(-1, keepdim=True) - 1, use_cache=True)
+                seen.append(out.logits[:, -1])
+        logits[name] = torch.stack(seen)
+    assert type(cache.layers[0]).__name__ == "GrowingLayer"
+    assert cache.layers[0].room[0].shape[-2] >= 155 and cache.get_seq_length() == 155
+    assert torch.allclose(logits["plain"], logits["grown"], atol=1e-5)
+
+
+def test_rows_in_the_same_state_share_a_grammar_and_write_the_same_scripts(model, tokenizer,
+                                                                             monkeypatch):
+    """Samples of one prompt that reach the same state (the same statements applied) are given
+    the grammar built for the first of them; the scripts are those written when every row's
+    grammar is built anew, and torch runs the forward passes on one thread, restored after."""
+    from training.prompts.templates import construction_prompt
+    from training.sampling import schedule_aware
+
+    real, built, threads = schedule_aware.statement_grammar, [], []
+
+    def spy(live, **kwargs):
+        built.append(1)
+        return real(live, **kwargs)
+
+    monkeypatch.setattr(schedule_aware, "statement_grammar", spy)
+    wl = workload(SPECS[0])
+    prompt = construction_prompt(wl, "llvm")
+
+    def sample(forget: bool) -> tuple[list[str], int, int]:
+        init = schedule_aware._Decoder.__init__
+
+        def forgetful(self, *args, **kwargs):
+            init(self, *args, **kwargs)
+            if forget:
+                self.grammars = type("Forget", (dict,), {"__setitem__": lambda *a: None})()
+        monkeypatch.setattr(schedule_aware._Decoder, "__init__", forgetful)
+        built.clear()
+        stats: dict = {}
+        out = sample_schedule_aware(model, tokenizer, prompt, wl, "llvm",
+                                    SamplingConfig(n=8, max_new_tokens=96, seed=4), stats=stats)
+        monkeypatch.setattr(schedule_aware._Decoder, "__init__", init)
+        return [s.text for s in out], len(built), len(stats["narrow_seconds"])
+
+    forward = model.forward
+    monkeypatch.setattr(model, "forward",
+                        lambda *a, **k: threads.append(torch.get_num_threads()) or forward(*a, **k))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        shared, built_shared, statements = sample(forget=False)
+        assert torch.get_num_threads() == 2 and set(threads) == {1}
+    finally:
+        torch.set_num_threads(before)
+    anew, built_anew, _ = sample(forget=True)
+    assert shared == anew
+    # the eight rows start in one state: at least seven grammars fewer
+    assert built_anew == statements and built_shared <= statements - 7, \
+        (built_shared, built_anew, statements)

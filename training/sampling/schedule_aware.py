@@ -44,6 +44,7 @@ where tokens were rolled back.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import weakref
@@ -96,6 +97,11 @@ class ScheduleAwareConfig:
                 "factor (training.grammars.constraints.tile_max_inner: 64), as every "
                 "MetaSchedule script does.  Off by default: for the built-in model it measured "
                 "a tie (benchmarks/bench_tile_bound.py, docs/model-sweep)."})
+    torch_threads: int = field(default=1, metadata={
+        "help": "Threads torch may use for the model's forward passes while decoding on a CPU "
+                "(restored after); 0: torch's own setting.  One by default: the holders apply "
+                "statements beside the forward pass, and a small model's steps are too short "
+                "to share (benchmarks/bench_decode_speed.py); a large model on a CPU wants 0."})
 
 
 @dataclass
@@ -124,6 +130,7 @@ class _Row:
         self.whole = whole
         self.stmt: llguidance.LLMatcher | None = None
         self.stmt_key = ""
+        self.applied: tuple[str, ...] = ()  # the statements applied so far: the state's key
         self.tokens: list[int] = []
         self.logprobs: list[float] = []
         self.model_logprobs: list[float] = []  # the same tokens without the mask
@@ -224,6 +231,14 @@ class _Decoder:
         self.llg = llg_tokenizer(tokenizer, eos)
         self.whole = _whole_matcher(tokenizer, self.llg, tuple(eos), self.stop)
         self.templates = _Templates(self.llg, config.grammar_cache)
+        # Rows of one workload and narrowing that reach the same state (the same statements
+        # applied) get the same statement grammar: it is built once (samples of one prompt share
+        # their first statements, and most of their grammars).
+        self.grammars: OrderedDict[tuple, str] = OrderedDict()
+        self.family: list[int] = []
+        for i, (w, kwargs) in enumerate(zip(workloads, narrowing, strict=True)):
+            self.family.append(next((j for j in range(i) if workloads[j] is w
+                                     and narrowing[j] == kwargs), i))
         self.vocab = self.llg.vocab_size
         self.stats = _Stats()
         self.newlines: dict[int, bool] = {}
@@ -272,13 +287,20 @@ class _Decoder:
     def _new_statement(self, row: _Row, row_index: int) -> None:
         """Row ``row`` is between statements: the statement matcher for what may come next."""
         start = time.perf_counter()
-        try:
-            lark = statement_grammar(row.live, postproc_set=self.postproc_set,
-                                     tile_order=self.tile_order, **self.narrowing[row_index])
-        except Exception as exc:  # noqa: BLE001  a query TVM refuses: narrow nothing this time
-            row.error = f"narrowing the next statement failed: {exc}"
-            lark = 'start: /[^\n]*/ "\n"'
-
+        state = (self.family[row_index], row.applied)
+        lark = self.grammars.get(state)
+        if lark is not None:
+            self.grammars.move_to_end(state)
+        else:
+            try:
+                lark = statement_grammar(row.live, postproc_set=self.postproc_set,
+                                         tile_order=self.tile_order, **self.narrowing[row_index])
+                self.grammars[state] = lark
+                if len(self.grammars) > 4 * self.config.grammar_cache:
+                    self.grammars.popitem(last=False)
+            except Exception as exc:  # noqa: BLE001  a query TVM refuses: narrow nothing now
+                row.error = f"narrowing the next statement failed: {exc}"
+                lark = 'start: /[^\n]*/ "\n"'
         self.stats.narrow_seconds.append(time.perf_counter() - start)
         if row.live.postproc_set is not None:  # complete: only the end marker may follow
             lark = f"start: {json.dumps(self.stop or '')}"
@@ -324,9 +346,11 @@ class _Decoder:
             return
         finally:
             self.stats.replay_seconds.append(time.perf_counter() - start)
+        text, _ = row.ticket
         row.ticket = None
         row.error = refused
         if not refused:
+            row.applied += (text,)
             self._new_statement(row, row_index)
             row.pending = after
             return
@@ -398,7 +422,7 @@ class _Decoder:
         # transformers 5.x names the cache argument `cache` (`past_key_values` is deprecated).
         key = "cache" if "cache" in inspect.signature(model.forward).parameters \
             else "past_key_values"
-        cached = {key: DynamicCache(), "use_cache": True}
+        cached = {key: _growing_cache(DynamicCache), "use_cache": True}
         start = time.perf_counter()
         out = model(input_ids=input_ids, attention_mask=self.mask, position_ids=positions,
                     **cached)
@@ -602,7 +626,8 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
     decoder = _Decoder(model, tokenizer, workloads, target, postproc_set=postproc_set,
                        narrowing=narrowed, sampling=sampling or SamplingConfig(),
                        eos=eos, config=config)
-    with torch.no_grad():
+    threads = config.torch_threads if model.device.type == "cpu" else 0
+    with torch.no_grad(), _torch_threads(threads):
         results = decoder.run(list(prompts), list(range(len(prompts))))
     if stats is not None:
         stats.update(replay_seconds=decoder.stats.replay_seconds,
@@ -614,6 +639,53 @@ def schedule_aware_generate(model, tokenizer, prompts: Sequence[str], workloads:
                      compile_seconds=decoder.templates.compile_seconds,
                      grammar_hits=decoder.templates.hits, grammar_misses=decoder.templates.misses)
     return results
+
+
+def _growing_cache(cache_class):
+    """A ``DynamicCache`` whose layers append a step's keys and values in place, into room
+    that doubles when full, instead of concatenating the whole cache every step (copies
+    quadratic in the length: the forward pass of the 0.6M model at 1,000 tokens took twice as
+    long).  The same keys and values, so the same logits."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+                self.length, self.room = 0, None
+            n, added = self.length, key_states.shape[-2]
+            if self.room is None or n + added > self.room[0].shape[-2]:
+                size = max(2 * (n + added), 64)
+                room = tuple(s.new_empty(*s.shape[:-2], size, s.shape[-1])
+                             for s in (key_states, value_states))
+                if n:
+                    room[0][..., :n, :] = self.keys
+                    room[1][..., :n, :] = self.values
+                self.room = room
+            self.room[0][..., n:n + added, :] = key_states
+            self.room[1][..., n:n + added, :] = value_states
+            self.length = n + added
+            self.keys = self.room[0][..., :self.length, :]
+            self.values = self.room[1][..., :self.length, :]
+            return self.keys, self.values
+
+    cache = cache_class()
+    if getattr(cache, "layer_class_to_replicate", None) is DynamicLayer and not cache.layers:
+        cache.layer_class_to_replicate = GrowingLayer
+    return cache
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    """Torch's intra-op threads set to ``n`` (0: left as they are) for the block."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if n:
+            torch.set_num_threads(before)
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
