@@ -113,6 +113,29 @@ def test_the_run_directory_is_complete(rl_run, datagen_dir, sft_model):
     assert model.config.vocab_size >= len(tokenizer)
 
 
+def test_every_group_measured_is_logged_with_its_scripts_and_verdicts(rl_run):
+    """``RUN/rollouts.jsonl``: one line per group, each completion's script with the status,
+    message, latency and reward it was scored with; the rewards are those the metrics
+    averaged."""
+    from codegen.measure import Status
+    from codegen.workloads import workload
+    from dragon_dsl import parse
+
+    lines = [json.loads(line) for line in
+             (Path(rl_run.run_dir) / "rollouts.jsonl").read_text().splitlines()]
+    assert [g["step"] for g in lines] == list(range(1, STEPS + 1))  # one prompt a step
+    for group, step in zip(lines, (r for r in _metrics(rl_run.run_dir) if "loss" in r),
+                           strict=True):
+        workload(group["workload"])  # the spec of the kernel measured
+        assert len(group["completions"]) == 4
+        for c in group["completions"]:
+            parse(c["script"])
+            assert Status(c["status"]) and -1.0 <= c["reward"] <= 1.0
+            assert (c["latency_s"] is not None) == (c["status"] == "correct")
+        rewards = [c["reward"] for c in group["completions"]]
+        assert sum(rewards) / len(rewards) == pytest.approx(step["rewards/measured/mean"])
+
+
 def test_the_weights_moved(rl_run, sft_model):
     import torch
     from transformers import AutoModelForCausalLM

@@ -181,6 +181,22 @@ class GroupReport:
     scored: list[Scored]
     noise: float | None = None        # |t2 - t1| / t1 of the best completion's two timings
     reference_status: str = ""
+    workload: str = ""                # the workload's spec, and the scripts scored (for logs)
+    scripts: list[str] = field(default_factory=list)
+    start_script: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The group as one JSON object: what ``RUN/rollouts.jsonl`` holds per group."""
+        return {"workload": self.workload, "start_script": self.start_script,
+                "reference_s": self.reference_s, "reference_status": self.reference_status,
+                "noise": self.noise,
+                "completions": [{"script": text, "status": s.outcome.status.value,
+                                 "message": s.outcome.message,
+                                 "latency_s": s.outcome.latency_s,
+                                 "max_abs_error": s.outcome.max_abs_error,
+                                 "speedup": s.speedup, "reward": s.reward,
+                                 "same_as_start": s.same_as_start}
+                                for text, s in zip(self.scripts, self.scored, strict=True)]}
 
     def shares(self) -> dict[str, float]:
         n = max(1, len(self.scored))
@@ -237,7 +253,9 @@ class Rewarder:
         outcomes = self.evaluator.evaluate(workload, scripts)
         reference = self.reference(workload, start_script)
         report = GroupReport(reference.latency_s if reference.ok else None, [],
-                             reference_status=reference.status.value)
+                             reference_status=reference.status.value,
+                             workload=getattr(workload, "spec", None) or str(workload),
+                             scripts=list(scripts), start_script=start_script)
         same = [False] * len(scripts)
         if start_script is not None:
             start = _trace_key(start_script, workload, self.evaluator.target)

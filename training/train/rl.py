@@ -12,6 +12,9 @@ same step) and takes a GRPO step on the group-relative advantages.  The run dire
     RUN/config.yaml        the resolved RLRunConfig (a resumed run reads it back)
     RUN/checkpoints/       the Trainer's checkpoint-STEP folders
     RUN/metrics.jsonl      one JSON object per logging step: reward, its components, times
+    RUN/rollouts.jsonl     one JSON object per group measured: its step, the workload, the
+                           reference, each completion's script, status (with TVM's or the
+                           verifier's message), latency, speedup and reward
     RUN/measure-cache.sqlite  measurements of this run (the best of a group is re-timed without)
     RUN/final/             the trained model and its tokenizer
     RUN/result.json        the run's summary (RLResult)
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import os
 import statistics
@@ -143,6 +147,9 @@ def _interleave(groups: list[list[dict]]) -> list[list[dict]]:
     return out
 
 
+ROLLOUTS_FILE = "rollouts.jsonl"
+
+
 def workload_of(specs: dict[str, str]) -> Callable[[str], Any]:
     """Prompt -> its workload, from ``specs`` (prompt -> workload spec); each spec is made
     once, since the prompts of one kernel share it."""
@@ -156,15 +163,18 @@ class MeasuredReward:
 
     __name__ = "measured"
 
-    def __init__(self, rewarder: Any, rollout: ScheduleRollout | None = None) -> None:
+    def __init__(self, rewarder: Any, rollout: ScheduleRollout | None = None, *,
+                 log: Path | None = None) -> None:
         self.rewarder = rewarder
         self.rollout = rollout
         self.seconds: list[float] = []
+        self.log = log  # RUN/rollouts.jsonl: each group measured, appended as it is
 
     def __call__(self, prompts: list, completions: list, *, workload: list,
                  start_script: list | None = None, log_metric: Any = None,
                  kept_mass: list | None = None, resampled: list | None = None,
-                 forced_tokens: list | None = None, **_: Any) -> list[float]:
+                 forced_tokens: list | None = None, trainer_state: Any = None,
+                 **_: Any) -> list[float]:
         started = time.perf_counter()
         before = len(self.rewarder.reports)
         specs = [self.rollout.workload(p) if self.rollout else w
@@ -172,6 +182,12 @@ class MeasuredReward:
         rewards = self.rewarder(prompts, completions, workload=specs,
                                 start_script=start_script)
         self.seconds.append(time.perf_counter() - started)
+        if self.log is not None:
+            with self.log.open("a", encoding="utf-8") as out:
+                for report in self.rewarder.reports[before:]:
+                    step = getattr(trainer_state, "global_step", None)
+                    out.write(json.dumps({"step": None if step is None else step + 1,
+                                          "time": time.time(), **report.as_dict()}) + "\n")
         if log_metric is not None:
             for name, value in self.metrics(self.rewarder.reports[before:], kept_mass,
                                             resampled, forced_tokens).items():
@@ -359,6 +375,7 @@ def _train(config: RLRunConfig, run: Path, source: Path, target: Any, prompts: A
     if is_main_process():  # the run's first files, once its model loaded
         write_config(config, run)
         repair_metrics(run / METRICS_FILE)
+        repair_metrics(run / ROLLOUTS_FILE)  # the torn line of a run killed writing it
     owned = evaluator is None
     if evaluator is None:
         evaluator = Evaluator(target, builders=config.builders, config=config.measure,
@@ -371,7 +388,8 @@ def _train(config: RLRunConfig, run: Path, source: Path, target: Any, prompts: A
                                                        best_of=config.best_of),
                         measure=config.measure, evaluator=evaluator)
     rewarder.prompt_config = prompt_config
-    reward = MeasuredReward(rewarder, rollout)
+    reward = MeasuredReward(rewarder, rollout,
+                            log=run / ROLLOUTS_FILE if is_main_process() else None)
     try:
         trainer = build_grpo_trainer(config, model, tokenizer, prompts, reward, rollout,
                                      progress=progress)
