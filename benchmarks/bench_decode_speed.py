@@ -16,13 +16,17 @@ each, each one's ratio to ``before``, and whether every way wrote the same scrip
 ``before`` (the same seed; the changes move no distribution, but a different thread count may
 round a logit differently).
 
-    python benchmarks/bench_decode_speed.py [--n 32] [--repeats 3]
+    python benchmarks/bench_decode_speed.py [--n 32] [--repeats 3] [--busy 1]
+
+``--busy N`` runs N processes that keep a core busy beside every run, as a shared machine, or
+dragon's own measuring workers, would.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import statistics
 import sys
 import time
@@ -70,7 +74,26 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workloads", nargs="+", default=WORKLOADS)
+    parser.add_argument("--busy", type=int, default=0,
+                        help="Processes keeping a core busy beside the runs (0: none).")
     args = parser.parse_args()
+    burners = [multiprocessing.Process(target=_burn, daemon=True) for _ in range(args.busy)]
+    for burner in burners:
+        burner.start()
+    try:
+        _compare(args)
+    finally:
+        for burner in burners:
+            burner.terminate()
+
+
+def _burn() -> None:
+    """One core kept busy (pure Python: one thread)."""
+    while True:
+        sum(i * i for i in range(100_000))
+
+
+def _compare(args: argparse.Namespace) -> None:
 
     import torch
 
@@ -83,7 +106,7 @@ def main() -> None:
 
     model, tokenizer = load(str(DEFAULT_MODEL))
     print(f"torch threads: {torch.get_num_threads()}; {args.n} scripts a run, median of "
-          f"{args.repeats}")
+          f"{args.repeats}; {args.busy} busy process(es) beside")
     print(f"{'workload':<58} " + " ".join(f"{w:>17}" for w in WAYS))
     for spec in args.workloads:
         wl = workload(spec)

@@ -181,7 +181,8 @@ def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path:
                  "statuses": [c.outcome.status.value for c in result.candidates],
                  "timeouts": [f"{c.source}: {c.outcome.message}" for c in result.candidates
                               if c.outcome.status.value == "timeout"],
-                 "spent": result.spent, "config": vars(config)})
+                 "spent": result.spent, "config": vars(config),
+                 "phases_s": {name: round(t, 2) for name, t in result.seconds.items()}})
 
 
 def head_to_head(evaluator, spec: str, scripts: dict[str, str | None], retimes: int) -> dict:
@@ -388,6 +389,10 @@ def _print(report: dict) -> None:
             f"n={n}: {secs.get('dragon', {}).get(n, float('nan')):.0f} / "
             f"{secs.get('metaschedule', {}).get(n, float('nan')):.0f}"
             for n in sorted(secs.get("dragon", {}))))
+        phases = e.get("dragon", {}).get("phases_s")
+        if phases:  # where the curve run's seconds went
+            print(f"  {'':58s} dragon's run of {max(report['budgets'])}: " + ", ".join(
+                f"{name} {t:.0f}" for name, t in phases.items()))
 
 
 def _us(secs: float | None) -> str:

@@ -99,9 +99,11 @@ class ScheduleAwareConfig:
                 "a tie (benchmarks/bench_tile_bound.py, docs/model-sweep)."})
     torch_threads: int = field(default=1, metadata={
         "help": "Threads torch may use for the model's forward passes while decoding on a CPU "
-                "(restored after); 0: torch's own setting.  One by default: the holders apply "
-                "statements beside the forward pass, and a small model's steps are too short "
-                "to share (benchmarks/bench_decode_speed.py); a large model on a CPU wants 0."})
+                "(restored after); 0: torch's own setting.  One by default: a small model's "
+                "steps are too short to share, and beside a busy process (the holders, a "
+                "measurement, a shared machine) two threads wait on each other: 32 conv2d "
+                "scripts took 99 s with two and 21 s with one; idle, a tie "
+                "(benchmarks/bench_decode_speed.py --busy).  A large model on a CPU wants 0."})
 
 
 @dataclass
