@@ -94,7 +94,6 @@ def _burn() -> None:
 
 
 def _compare(args: argparse.Namespace) -> None:
-
     import torch
 
     from codegen.workloads import workload
