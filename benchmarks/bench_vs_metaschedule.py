@@ -10,7 +10,8 @@ that is in the corpus) and each budget n of candidate kernels timed (8, 16, 32, 
 * **dragon**: ``optimize`` with ``--transfer`` (8, as ``dragon optimize``) scripts carried
   over from the kept corpus
   (the nearest workloads' fastest, tiles refitted), the built-in model's rounds
-  (``--model-share`` of the rest, 0.27 by default: two rounds of 8 at 64) and MetaSchedule's
+  (``--model-share`` of the rest, 0.1 by default: two rounds of 3 at 64, one kernel at 16)
+  and MetaSchedule's
   evolutionary search seeded with everything timed for the rest of the budget; as ``dragon
   optimize`` by default, the built-in cost model (``--cost-model``, trained on the kept
   corpus' search records) ranks ``--width`` carried-over scripts and samples per round down
@@ -232,12 +233,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="The cost model file (default: the built-in one, as dragon optimize "
                         "on an llvm kernel), or 'none' (the search starts MetaSchedule's "
                         "untrained XGBoost, nothing ranks the samples).")
-    p.add_argument("--model-share", type=float, default=0.27,
+    p.add_argument("--model-share", type=float, default=0.1,
                    help="The share of each budget (after --transfer) timed from the model's "
-                        "rounds; at least one kernel.  Default 0.27 (two rounds of 8 at 64; "
-                        "--ablate model cuts them to one kernel, docs/vs-metaschedule).")
-    p.add_argument("--width", type=int, default=32,
-                   help="Samples per model round for the cost model to rank.")
+                        "rounds; at least one kernel.  Default 0.1 (two rounds of 3 at 64); "
+                        "0.27 until the thirty-fourth session, which measured the same "
+                        "kernels in 9%% less wall clock at 0.1 (docs/vs-metaschedule; "
+                        "--ablate model cuts them to one kernel).")
+    p.add_argument("--width", type=int, default=16,
+                   help="Samples per model round (and carried-over scripts) for the cost "
+                        "model to rank; 16, as dragon optimize (32 until the thirty-fourth "
+                        "session).")
     p.add_argument("--transfer", type=int, default=8,
                    help="Kernels carried over from the kept corpus (the nearest workloads of "
                         "the family, refitted) timed first, at most half each budget; 0: none.")

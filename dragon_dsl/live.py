@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from .ast import Program, Ref, Stmt
@@ -70,7 +71,8 @@ class LiveSchedule:
     ['i', 'j', 'k']
     """
 
-    def __init__(self, workload: Any, target: Any = None, *, source: str | None = None) -> None:
+    def __init__(self, workload: Any, target: Any = None, *, source: str | None = None,
+                 keep_tile_order: bool = False) -> None:
 
         self.mod = as_module(workload)
         self.target = target
@@ -90,6 +92,11 @@ class LiveSchedule:
         # which TVM resolves only in `compute_at`; always in scope.
         self._locations: dict[str, tuple[str, int]] = {}  # name -> (block, decision)
         self._pieces: set[str] = set()    # loops that a tile or split made
+        # Each piece's loop and place among its pieces, outermost 0; with keep_tile_order a
+        # reorder that puts a piece above an outer one of the same loop is refused (the
+        # schedule-aware sampler's rule, not the language's: see _check_tile_order).
+        self._piece_of: dict[str, tuple[str, int]] = {}
+        self.keep_tile_order = keep_tile_order
         self._annotated: set[tuple[str, str]] = set()  # (name, TVM key) the script annotated
         self._drawn: str | None = None   # what the last statement drew (``just_drawn``)
         self._memo: dict[tuple, Any] = {}  # answers about the kernel, until a change
@@ -104,6 +111,7 @@ class LiveSchedule:
         other.rvs, other.kinds, other._nice = dict(self.rvs), dict(self.kinds), set(self._nice)
         other._locations = dict(self._locations)
         other._pieces = set(self._pieces)
+        other._piece_of = dict(self._piece_of)
         other._annotated = set(self._annotated)
         other._memo = {}
         other._decoder = _copy_decoder(self._decoder)
@@ -180,6 +188,10 @@ class LiveSchedule:
         self._namer.taken.update(stmt.targets)
         if stmt.op in ("tile", "split"):
             self._pieces.update(stmt.targets)
+            origin = stmt.args[0].name if isinstance(stmt.args[0], Ref) else str(stmt.args[0])
+            self._piece_of.update((t, (origin, i)) for i, t in enumerate(stmt.targets))
+        if stmt.op == "reorder" and self.keep_tile_order:
+            self._check_tile_order(stmt)
         if stmt.op in ("annotate", "unannotate") and isinstance(stmt.args[0], Ref):
             held = (stmt.args[0].name, str(stmt.args[1]))
             (self._annotated.add if stmt.op == "annotate" else self._annotated.discard)(held)
@@ -302,6 +314,25 @@ class LiveSchedule:
                                         "Block leaves a block annotated tiling_structure to "
                                         "the schedule that tiles it)")
         self.postproc_set = postproc_set
+
+    def _check_tile_order(self, stmt: Stmt) -> None:
+        """Raises when the reorder just applied left a piece of a tiled loop above an outer
+        piece of the same loop.  TVM takes it, but no MetaSchedule script in the kept corpus
+        writes it (0 of 15,568 reorders), and it can race: the RL run's one wrong kernel left
+        ``ff3`` above ``ff2``, so ``reverse_compute_at`` copied back the 65 channels between
+        an iteration's 2 and each thread of the parallel loop copied channels others were
+        still accumulating (docs/rl-kl)."""
+        named = [a.name for a in stmt.args if isinstance(a, Ref)]
+        origins = {self._piece_of[n][0] for n in named if n in self._piece_of}
+        for origin in sorted(origins):
+            pieces = sorted((i, n) for n, (o, i) in self._piece_of.items()
+                            if o == origin and self.alive(n))
+            srefs = {n: self.sch.get_sref(self.rvs[n]) for _, n in pieces}
+            for (_, outer), (_, inner) in pairwise(pieces):
+                if _is_above(srefs[inner], srefs[outer]):
+                    raise self._error(stmt, f"`{inner}` would be above `{outer}`: the pieces "
+                                            f"of `{origin}` out of order, which MetaSchedule "
+                                            "never writes and which can race once parallel")
 
     def _error(self, stmt: Stmt, message: str) -> DslSemanticError:
         return self._decoder.error(message, stmt.line, stmt.column)
@@ -540,14 +571,27 @@ class LiveSchedule:
         return len(node.reads), len(node.writes)
 
 
-def apply_script(text: str, workload: Any, target: Any = None) -> LiveSchedule:
+def _is_above(upper, lower) -> bool:
+    """Whether schedule node ``upper`` encloses ``lower`` (StmtSRefs)."""
+    node = lower.parent
+    while node is not None:
+        if node.same_as(upper):
+            return True
+        node = node.parent
+    return False
+
+
+def apply_script(text: str, workload: Any, target: Any = None, *,
+                 keep_tile_order: bool = False) -> LiveSchedule:
     """Apply a whole script statement by statement: the ``LiveSchedule`` it leaves, or the
-    ``DslSemanticError`` (line, column, caret) of the first statement refused, exactly as the
-    schedule-aware sampler would refuse it.  ``dragon check --workload`` reports through this."""
+    ``DslSemanticError`` (line, column, caret) of the first statement refused, as the
+    schedule-aware sampler would refuse it (which also keeps tiles in order:
+    ``keep_tile_order``).  ``dragon check --workload`` reports through this."""
     from .parser import parse
 
     program = parse(text)
-    live = LiveSchedule(workload, target, source=program.source or text)
+    live = LiveSchedule(workload, target, source=program.source or text,
+                        keep_tile_order=keep_tile_order)
     for stmt in program.statements:
         live.step(stmt)
     return live

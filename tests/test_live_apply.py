@@ -302,3 +302,59 @@ def test_a_block_is_not_rfactored_twice():
     with pytest.raises(dragon_dsl.DragonError, match="rfactored already"):
         live.step("rfactor l3 1 -> b1")
     live.step("postproc auto llvm")  # the refused statement left nothing behind
+
+
+# A script the RL run of docs/rl-kl sampled (step 54): its reorder leaves `ff3` where it was,
+# above `ff2`; with the cache write copied back at `xx1` and the outer loops parallel, the kernel
+# raced (72,548 of 147,456 outputs wrong).  Up to and including that reorder.
+RACING = """\
+block "pad_temp" -> pad_temp
+block "conv2d_nchw" -> conv2d_nchw
+block "root" -> root
+annotate conv2d_nchw tiling_structure="SSRSRS"
+loops conv2d_nchw -> nn, ff, yy, xx, rc, ry, rx
+tile nn [1, 1, 1, 1] -> nn0..nn3
+tile ff [1, 2, 2, 64] -> ff0..ff3
+tile yy [1, 1, 2, 12] -> yy0..yy3
+tile xx [1, 1, 12, 2] -> xx0..xx3
+tile rc [1, 256] -> rc0, rc1
+tile ry [1, 3] -> ry0, ry1
+tile rx [1, 3] -> rx0, rx1
+reorder nn0 ff0 yy0 xx0 nn1 ff1 yy1 xx1 rc0 ry0 rx0 nn2 ff2 yy3 xx2 xx3
+"""
+
+
+def test_the_samplers_schedules_refuse_tiles_out_of_order():
+    """With ``keep_tile_order`` (the schedule-aware sampler's schedules) a reorder that leaves a
+    piece of a tiled loop above an outer piece of the same loop is refused, naming both, and
+    the schedule is as before it; without it TVM takes the reorder, as the language does."""
+    from dragon_dsl.errors import DslSemanticError
+    from dragon_dsl.live import apply_script
+
+    wl = workload("conv2d(h=24,w=24,ci=256,co=256,layout=NCHW)")
+    assert apply_script(RACING, wl, "llvm").statements == len(RACING.splitlines())
+    with pytest.raises(DslSemanticError, match=r"`ff3` would be above `ff2`.*pieces of `ff`"):
+        apply_script(RACING, wl, "llvm", keep_tile_order=True)
+    head, _, last = RACING.rstrip("\n").rpartition("\n")
+    live = apply_script(head, wl, "llvm", keep_tile_order=True)
+    before = str(live.sch.mod)
+    with pytest.raises(DslSemanticError, match="out of order"):
+        live.step(last)
+    assert str(live.sch.mod) == before and live.statements == len(head.splitlines())
+    live.step("reorder nn0 ff0 yy0 xx0 nn1 ff1 yy1 xx1 rc0 ry0 rx0 nn2 ff2 yy2 xx2 rc1 ry1 "
+              "rx1 nn3 ff3 yy3 xx3")  # every piece named, in order: MetaSchedule's form
+
+
+@pytest.mark.parametrize("spec,rules", FAST_PAIRS[:3])
+def test_metaschedule_scripts_keep_their_tiles_in_order(spec, rules):
+    """Every MetaSchedule script applies under the sampler's rule on reorders: it refuses
+    nothing MetaSchedule writes."""
+    from dragon_dsl.live import apply_script
+
+    reorders = 0
+    for trace in _traces(spec, rules):
+        script = dragon_dsl.from_trace(trace)
+        live = apply_script(script, workload(spec), target_of(rules), keep_tile_order=True)
+        assert live.statements == len(dragon_dsl.parse(script).statements)
+        reorders += script.count("\nreorder ")
+    assert reorders or spec.startswith("softmax"), "no reorder: the test shows nothing"

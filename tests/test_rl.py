@@ -11,6 +11,7 @@ start) is tests/test_reward.py's.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -253,3 +254,28 @@ def test_a_format_3_policy_reads_its_prompts_tiles_innermost_first(datagen_dir):
         assert marker or after["prompt"] == before["prompt"]
         changed += after["prompt"] != before["prompt"]
     assert changed, "no refinement prompt shows a tile: the test shows nothing"
+
+
+def test_max_kernel_ms_leaves_out_the_prompts_of_slow_kernels():
+    """``max_kernel_ms`` drops every prompt of a workload whose fastest script in the train
+    splits ran longer, keeps every other, and names itself when it would leave nothing (the
+    kept corpus: a thousand workloads measured by search)."""
+    from datasets import load_from_disk
+
+    from training.train.rl import load_prompts
+
+    corpus = Path(__file__).resolve().parent.parent / "corpus" / "llvm"
+    fastest: dict[str, float] = {}
+    for task in ("construction", "refinement"):
+        train = load_from_disk(str(corpus / task))["train"]
+        for spec, latency in zip(train["workload"], train["latency_s"], strict=True):
+            if latency not in (None, ""):
+                fastest[spec] = min(float(latency), fastest.get(spec, math.inf))
+    every = load_prompts(RLRunConfig(data=str(corpus), out="unused"))
+    kept = load_prompts(RLRunConfig(data=str(corpus), out="unused", max_kernel_ms=20))
+    fast = {spec for spec, latency in fastest.items() if latency <= 0.020}
+    assert set(kept["workload"]) == fast and fast < set(every["workload"])
+    assert sorted(kept["prompt"]) == sorted(
+        p for p, spec in zip(every["prompt"], every["workload"], strict=True) if spec in fast)
+    with pytest.raises(RunError, match="max_kernel_ms=1e-05 leaves none"):
+        load_prompts(RLRunConfig(data=str(corpus), out="unused", max_kernel_ms=1e-5))

@@ -176,8 +176,9 @@ def live_open(job: LiveOpen) -> LiveState | Failed:
     import tvm
 
     # A module of its own (not decode_workload's cached one): a primitive TVM refuses halfway
-    # must not change another row's kernel.
-    live = LiveSchedule(tvm.ir.load_json(job.workload.ir), job.target)
+    # must not change another row's kernel.  The sampler's rule on reorders holds (a piece of
+    # a tiled loop never above an outer one), as in its in-process schedules.
+    live = LiveSchedule(tvm.ir.load_json(job.workload.ir), job.target, keep_tile_order=True)
     try:
         for statement in job.statements:
             _live_step(live, statement)

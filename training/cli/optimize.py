@@ -56,8 +56,10 @@ __all__ = ["default_out", "format_report", "register"]
 # from 0.40x to 1.05x of MetaSchedule's, the model's own first kernels being the slowest.
 AUTO_TRANSFER = 8
 # Samples (and carried-over scripts) a round for the cost model to rank down to what is timed,
-# when one ranks and --width is not given: the benchmark's 32 (docs/vs-metaschedule).
-AUTO_WIDTH = 32
+# when one ranks and --width is not given: the benchmark's 16 (docs/vs-metaschedule: against
+# 32, with a tenth of the budget from the model instead of 0.27, the same kernels within the
+# timing noise in 9% less wall clock at 64, the model's rounds 90 s of the seven against 154).
+AUTO_WIDTH = 16
 _SAMPLING = ("temperature", "top_p", "seed", "max_new_tokens", "batch_size")
 _WHOLE_MODEL = "only a whole model (model(...) without task=, or a Relax module file)"
 

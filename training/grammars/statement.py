@@ -21,7 +21,10 @@ built here from that state.  It admits, in canonical layout:
   loop that a tile or split made (MetaSchedule never tiles a piece again);
 - buffer indices within the block's reads (``cache_read``) or writes (``cache_write``,
   ``set_scope``), and a storage scope of the target (``scopes_of``), never another string;
-- ``reorder`` without a loop right after itself (TVM refuses any repeat);
+- ``reorder`` without a loop right after itself (TVM refuses any repeat); one that leaves a
+  piece of a tiled loop above an outer piece of the same loop is refused when applied
+  (``LiveSchedule(keep_tile_order=True)``, the sampler's schedules) and sampled again:
+  MetaSchedule never writes it, and behind a cache write and a parallel loop it races;
 - ``sample_categorical`` over the candidate lists MetaSchedule's rules offer for the workload
   and target, with an index inside the list, and ``annotate`` with the keys those rules write
   (``tiling_structure`` only on a block with loops: MultiLevelTiling reads it to tile one),

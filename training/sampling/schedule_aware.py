@@ -257,7 +257,8 @@ class _Decoder:
     def _open(self, prompt_row: int) -> _Row:
         workload = self.workloads[prompt_row]
         if self.holder is None:
-            return _Row(LiveSchedule(workload, self.target), self.whole.deep_copy())
+            return _Row(LiveSchedule(workload, self.target, keep_tile_order=True),
+                        self.whole.deep_copy())
         key, view = self.holder.open(workload)
         return _Row(view, self.whole.deep_copy(), key)
 

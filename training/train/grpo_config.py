@@ -49,6 +49,10 @@ class RLRunConfig(TrainerScale):
     out: str = field(default="", metadata=_help("The run directory (created if needed)."))
     max_prompts: int = field(default=0, metadata=_help(
         "Use at most this many distinct prompts, spread over the tasks (0: all)."))
+    max_kernel_ms: float = field(default=0.0, metadata=_help(
+        "Leave out the prompts of kernels whose fastest script in the data ran longer than "
+        "this (ms): they cost the most to measure, and a group of them that all run past "
+        "run_timeout_s teaches nothing (0: keep every prompt)."))
     target: str = field(default="", metadata=_help(
         "Where rewards are measured: a target JSON or tag (default: the data's own target)."))
     num_generations: int = field(default=4, metadata=_help(
@@ -105,6 +109,7 @@ def validate_rl(config: RLRunConfig) -> None:
         need(getattr(config, name) >= 1, name, ">= 1")
     for name in ("max_prompts", "warmup_steps"):
         need(getattr(config, name) >= 0, name, ">= 0")
+    need(config.max_kernel_ms >= 0, "max_kernel_ms", ">= 0")
     need(config.learning_rate > 0, "learning_rate", "> 0")
     need(config.loss_type in LOSS_TYPES, "loss_type", f"one of {LOSS_TYPES}")
     need(config.beta >= 0, "beta", ">= 0")

@@ -112,11 +112,13 @@ class RLResult:
 def load_prompts(config: RLRunConfig) -> Any:
     """A ``Dataset`` of distinct prompts (``prompt``, ``workload``, ``start_script`` ("" for
     construction), ``task``) from the train splits of ``config.tasks``, shuffled with the seed;
-    with ``max_prompts``, the first ones taken from the tasks in turn."""
+    with ``max_kernel_ms``, none of a kernel whose fastest script in those splits (``latency_s``)
+    ran longer; with ``max_prompts``, the first ones taken from the tasks in turn."""
     from datasets import Dataset
 
     root = Path(config.data)
     per_task: list[list[dict[str, str]]] = []
+    fastest: dict[str, float] = {}
     for task in config.task_list:
         path = root / task
         data = load_dataset_dir(path, task, root)  # in memory: nothing written into the input
@@ -126,6 +128,9 @@ def load_prompts(config: RLRunConfig) -> Any:
         seen: set[str] = set()
         rows = []
         for row in train:
+            latency = _seconds(row.get("latency_s"))
+            if latency is not None:
+                fastest[row["workload"]] = min(latency, fastest.get(row["workload"], latency))
             if row["prompt"] in seen:
                 continue
             seen.add(row["prompt"])
@@ -133,11 +138,29 @@ def load_prompts(config: RLRunConfig) -> Any:
                          "start_script": row.get("start_script") or "", "task": task})
         per_task.append(rows)
     merged = [row for group in _interleave(per_task) for row in group]
-    if config.max_prompts:
-        merged = merged[:config.max_prompts]
     if not merged:
         raise RunError(f"the train splits of {config.tasks} in {root} hold no prompts")
+    if config.max_kernel_ms:
+        limit = config.max_kernel_ms / 1e3
+        kept = [row for row in merged if fastest.get(row["workload"], 0.0) <= limit]
+        if not kept:
+            raise RunError(f"max_kernel_ms={config.max_kernel_ms:g} leaves none of the "
+                           f"{len(merged)} prompts in {root}: the fastest kernel of every "
+                           f"workload ran longer (the quickest {min(fastest.values()) * 1e3:.3g} "
+                           "ms)")
+        merged = kept
+    if config.max_prompts:
+        merged = merged[:config.max_prompts]
     return Dataset.from_list(merged)
+
+
+def _seconds(value: Any) -> float | None:
+    """A dataset's latency cell (a string or a number, empty when not measured) in seconds."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def _interleave(groups: list[list[dict]]) -> list[list[dict]]:
