@@ -389,7 +389,7 @@ def test_the_model_refines_the_best_between_the_search_rounds(monkeypatch):
 
 
 @pytest.mark.parametrize("argv,kind,ranks,width", [
-    ([SPEC], "llvm", True, 32),                              # the built-in cost model ranks 32
+    ([SPEC], "llvm", True, 16),                              # the built-in cost model ranks 16
     ([SPEC, "--width", "12"], "llvm", True, 12),
     ([SPEC, "-k", "40"], "llvm", True, 40),                  # never fewer than a round's k
     ([SPEC, "--cost-model", "none"], "llvm", False, None),
