@@ -91,10 +91,9 @@ class LiveSchedule:
         # `sample_compute_location` results: a loop, or the markers of "root" and "inline",
         # which TVM resolves only in `compute_at`; always in scope.
         self._locations: dict[str, tuple[str, int]] = {}  # name -> (block, decision)
-        self._pieces: set[str] = set()    # loops that a tile or split made
-        # Each piece's loop and place among its pieces, outermost 0; with keep_tile_order a
-        # reorder that puts a piece above an outer one of the same loop is refused (the
-        # schedule-aware sampler's rule, not the language's: see _check_tile_order).
+        # The loops a tile or split made: each one's loop and place among its pieces,
+        # outermost 0; with keep_tile_order a reorder that puts a piece above an outer one of
+        # the same loop is refused (the sampler's rule, not the language's: _check_tile_order).
         self._piece_of: dict[str, tuple[str, int]] = {}
         self.keep_tile_order = keep_tile_order
         self._annotated: set[tuple[str, str]] = set()  # (name, TVM key) the script annotated
@@ -110,7 +109,6 @@ class LiveSchedule:
         other.sch = self.sch.copy()
         other.rvs, other.kinds, other._nice = dict(self.rvs), dict(self.kinds), set(self._nice)
         other._locations = dict(self._locations)
-        other._pieces = set(self._pieces)
         other._piece_of = dict(self._piece_of)
         other._annotated = set(self._annotated)
         other._memo = {}
@@ -187,7 +185,6 @@ class LiveSchedule:
             self._namer.taken.add(name)
         self._namer.taken.update(stmt.targets)
         if stmt.op in ("tile", "split"):
-            self._pieces.update(stmt.targets)
             origin = stmt.args[0].name if isinstance(stmt.args[0], Ref) else str(stmt.args[0])
             self._piece_of.update((t, (origin, i)) for i, t in enumerate(stmt.targets))
         if stmt.op == "reorder" and self.keep_tile_order:
@@ -403,7 +400,7 @@ class LiveSchedule:
         """The loops alive that a ``tile`` or ``split`` made, in binding order.  MetaSchedule
         tiles the loops a block has (or a fusion of them) and never tiles a tile's pieces
         again (none of the kept corpus' 10,805 tiles does)."""
-        return [n for n in self.names("loop") if n in self._pieces]
+        return [n for n in self.names("loop") if n in self._piece_of]
 
     def locations(self) -> list[str]:
         """The results of ``sample_compute_location`` whose location still exists."""
