@@ -236,6 +236,22 @@ def test_cli_validates_and_refuses(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["best_of"] == 4
 
 
+def test_scale_rewards_reaches_trl_and_a_wrong_one_is_refused(tmp_path, capsys):
+    """How advantages are scaled is TRL's ``scale_rewards``, passed through as given."""
+    from dragon_dsl.cli import main
+    from training.train.rl import grpo_args
+
+    for scale in ("group", "batch", "none"):
+        config = _config(tmp_path, tmp_path, tmp_path / "run", scale_rewards=scale)
+        assert grpo_args(config, progress=False).scale_rewards == scale
+    assert RL_PRESETS["tiny"].scale_rewards == "group"  # TRL's own default
+    assert main(["rl", "--preset", "tiny", "--scale-rewards", "sideways"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "--scale-rewards" in err and "sideways" in err and "batch" in err
+    with pytest.raises(ConfigError, match="scale_rewards"):  # a YAML file's value
+        resolve_rl("tiny", scale_rewards="std")
+
+
 def test_a_format_3_policy_reads_its_prompts_tiles_innermost_first(datagen_dir):
     """``dragon rl`` of a format-3 model prompts it as it was trained: the script a refinement
     prompt shows has its tiles innermost first; construction prompts, and any prompt for a

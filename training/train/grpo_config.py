@@ -32,9 +32,10 @@ from training.train.sft_config import (
     field_checker,
 )
 
-__all__ = ["LOSS_TYPES", "RLRunConfig", "RL_PRESETS", "resolve_rl"]
+__all__ = ["LOSS_TYPES", "RLRunConfig", "RL_PRESETS", "SCALE_REWARDS", "resolve_rl"]
 
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo", "bnpo")
+SCALE_REWARDS = ("group", "batch", "none")
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,11 @@ class RLRunConfig(TrainerScale):
     warmup_steps: int = field(default=0, metadata=_help("Linear warm-up steps."))
     loss_type: str = field(default="dapo", metadata=_help(
         "TRL's GRPO loss normalisation.", choices=LOSS_TYPES))
+    scale_rewards: str = field(default="group", metadata=_help(
+        "What a group's advantages (rewards less the group's mean) are divided by: the "
+        "group's own standard deviation (TRL's default), the step's, or nothing.  Per group, "
+        "a group whose completions differ by less than the timing noise gets advantages as "
+        "large as one whose kernels differ by 10x.", choices=SCALE_REWARDS))
     beta: float = field(default=0.0, metadata=_help(
         "KL penalty against the starting model (0: none, no reference model kept)."))
     epsilon: float = field(default=0.2, metadata=_help("PPO clip range of the ratio."))
@@ -112,6 +118,7 @@ def validate_rl(config: RLRunConfig) -> None:
     need(config.max_kernel_ms >= 0, "max_kernel_ms", ">= 0")
     need(config.learning_rate > 0, "learning_rate", "> 0")
     need(config.loss_type in LOSS_TYPES, "loss_type", f"one of {LOSS_TYPES}")
+    need(config.scale_rewards in SCALE_REWARDS, "scale_rewards", f"one of {SCALE_REWARDS}")
     need(config.beta >= 0, "beta", ">= 0")
     need(0 < config.epsilon < 1, "epsilon", "in (0, 1)")
     need(config.cap > 1, "cap", "> 1")

@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
     from training.sampling.rollout import ScheduleRollout
 
-__all__ = ["MeasuredReward", "RLResult", "build_grpo_trainer", "check_device",
+__all__ = ["MeasuredReward", "RLResult", "build_grpo_trainer", "check_device", "grpo_args",
            "check_source_memory", "data_target", "load_prompts", "model_dir",
            "resumed_rl_config", "run_rl", "workload_of"]
 
@@ -265,11 +265,22 @@ def build_grpo_trainer(config: RLRunConfig, model: PreTrainedModel,
                        reward: MeasuredReward, rollout: ScheduleRollout, *,
                        progress: bool = True) -> Any:
     """TRL's ``GRPOTrainer`` for ``config``, with ``rollout`` and ``reward``."""
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental"
+    return GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward],
+                       args=grpo_args(config, progress=progress), train_dataset=prompts,
+                       rollout_func=rollout, peft_config=lora_config(config),
+                       callbacks=[metrics_callback(Path(config.out), _StepTimes),
+                                  finite_loss_callback()])
+
+
+def grpo_args(config: RLRunConfig, *, progress: bool = True) -> Any:
+    """TRL's ``GRPOConfig`` for ``config``."""
+    from trl import GRPOConfig
 
     run = Path(config.out)
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is "experimental"
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=str(run / "checkpoints"), seed=config.seed, data_seed=config.seed,
         max_steps=config.max_steps, learning_rate=config.learning_rate,
         lr_scheduler_type=config.lr_scheduler, warmup_steps=config.warmup_steps,
@@ -277,7 +288,7 @@ def build_grpo_trainer(config: RLRunConfig, model: PreTrainedModel,
         gradient_accumulation_steps=1, num_generations=config.num_generations,
         max_completion_length=config.sampling.max_new_tokens,
         temperature=config.sampling.temperature, top_p=config.sampling.top_p,
-        loss_type=config.loss_type, beta=config.beta,
+        loss_type=config.loss_type, scale_rewards=config.scale_rewards, beta=config.beta,
         epsilon=config.epsilon, num_iterations=1, use_vllm=False,
         logging_steps=config.logging_steps, logging_first_step=True,
         save_strategy="steps", save_steps=config.save_steps,
@@ -285,10 +296,6 @@ def build_grpo_trainer(config: RLRunConfig, model: PreTrainedModel,
         gradient_checkpointing=config.gradient_checkpointing,
         deepspeed=str(deepspeed_path(config.deepspeed)) if config.deepspeed else None,
         report_to="none", disable_tqdm=not progress, use_cpu=not _has_gpu())
-    return GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[reward],
-                       args=args, train_dataset=prompts, rollout_func=rollout,
-                       peft_config=lora_config(config),
-                       callbacks=[metrics_callback(run, _StepTimes), finite_loss_callback()])
 
 
 def _has_gpu() -> bool:
