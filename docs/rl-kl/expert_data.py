@@ -17,23 +17,15 @@ them.
 
 from __future__ import annotations
 
-import gzip
-import json
 import sys
 from pathlib import Path
 
 from datasets import Dataset, DatasetDict, load_from_disk
+from paired_steps import rollouts  # this folder's: run as a script, it is on sys.path
 
 from training.train.rl import load_prompts, resumed_rl_config
 
 MIN_NOISE = 0.05
-
-
-def rollouts(run: Path) -> list[dict]:
-    path = run / "rollouts.jsonl"
-    lines = path.open() if path.exists() else gzip.open(str(path) + ".gz", "rt")
-    with lines:
-        return [json.loads(line) for line in lines]
 
 
 def kept(group: dict) -> list[str]:

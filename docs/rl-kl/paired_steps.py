@@ -20,12 +20,17 @@ import sys
 from pathlib import Path
 
 
-def groups(run: Path) -> dict[tuple[int, str], dict]:
+def rollouts(run: Path) -> list[dict]:
+    """The groups a run measured: ``RUN/rollouts.jsonl``, or a documented run's copy of it
+    compressed (``rollouts.jsonl.gz``)."""
     path = run / "rollouts.jsonl"
-    lines = (gzip.open(str(path) + ".gz", "rt") if not path.exists() else path.open())
+    lines = path.open() if path.exists() else gzip.open(str(path) + ".gz", "rt")
     with lines:
-        rows = [json.loads(line) for line in lines]
-    return {(r["step"], r["workload"]): r for r in rows}
+        return [json.loads(line) for line in lines]
+
+
+def groups(run: Path) -> dict[tuple[int, str], dict]:
+    return {(r["step"], r["workload"]): r for r in rollouts(run)}
 
 
 def kl(run: Path) -> dict[int, float]:

@@ -78,8 +78,8 @@ if TYPE_CHECKING:
 
     from training.sampling.rollout import ScheduleRollout
 
-__all__ = ["MeasuredReward", "RLResult", "build_grpo_trainer", "check_device", "grpo_args",
-           "check_source_memory", "data_target", "load_prompts", "model_dir",
+__all__ = ["MeasuredReward", "RLResult", "build_grpo_trainer", "check_device",
+           "check_source_memory", "data_target", "grpo_args", "load_prompts", "model_dir",
            "resumed_rl_config", "run_rl", "workload_of"]
 
 CACHE_FILE = "measure-cache.sqlite"
