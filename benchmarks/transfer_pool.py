@@ -100,7 +100,7 @@ def measure(spec: str, corpus, cost_model_path: str, evaluator, n: int, retimes:
 
 def _ratio(row: dict, base: str, name: str, how: str) -> tuple[float, float] | None:
     """The default pool's winner's median over ``name``'s, and the larger relative spread."""
-    a, b = row["picks"][base]["ranked"], row["picks"][name][how]
+    a, b = row["picks"][base]["ranked"], row["picks"][name].get(how)
     if a not in row["timed"] or b not in row["timed"]:
         return None
     (ma, sa), (mb, sb) = row["timed"][a], row["timed"][b]

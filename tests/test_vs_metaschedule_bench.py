@@ -54,3 +54,23 @@ def test_tables_of_a_run_at_8_and_16_with_a_side_that_found_nothing():
 def test_no_ratio_without_both_sides(timed):
     assert tables.ratio(timed) is None
     assert bench._ratio(timed) is None
+
+
+def test_transfer_pool_mixes_the_ranked_with_the_nearest_and_counts_ties_by_the_spread():
+    import transfer_pool as pool
+
+    scripts = ["a", "b", "c", "d", "e"]      # the pool's order: the nearest workloads first
+    scores = {"a": 0.1, "b": 0.2, "c": 0.9, "d": 0.8, "e": 0.7}
+    assert pool._top(scripts, scores, 3) == ["c", "d", "e"]
+    assert pool._mixed(scripts, scores, 3, 1) == ["c", "d", "a"]
+    assert pool._mixed(scripts, scores, 3, 0) == ["c", "d", "e"]
+
+    def row(default, other, spread):
+        return {"picks": {"4x4": {"size": 16, "ranked": "x"},
+                          "8x8": {"size": 64, "ranked": "y"}},
+                "timed": {"x": [default, spread * default], "y": [other, spread * other]}}
+
+    # 2x faster beyond a 10% spread; 1.05x faster inside a 10% spread is a tie
+    text = pool.table([row(2e-5, 1e-5, 0.1), row(1.05e-5, 1e-5, 0.1)], "4x4")
+    assert "| 4x4 | 16 | ranked | 1.00x | 1.00x | 0 / 2 / 0 |" in text
+    assert "| 8x8 | 64 | ranked | 1.45x | 1.52x | 1 / 1 / 0 |" in text
