@@ -160,7 +160,7 @@ def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path:
     if cost_model_path and ablate != "ranking":
         from codegen.search.cost_model import CostModel
 
-        cost_model = CostModel.load(cost_model_path)
+        cost_model = CostModel.load(cost_model_path, threads=0)  # as dragon optimize's
     carried = min(transfer, trials // 2) if corpus is not None else 0
     rest = trials - carried
     from_model = 1 if ablate == "model" else max(1, round(share * rest))

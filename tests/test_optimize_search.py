@@ -118,12 +118,12 @@ class _Search:
         self.handed: list[list] = []
 
     def __call__(self, workload, target, evaluator, config, *, cost_model=None, seeds=(),
-                 between=None, threads=1):
+                 between=None, threads=1, taught=False):
         from codegen.search.tune import Round
 
         self.calls.append(SimpleNamespace(trials=config.trials, cost_model=cost_model,
                                           seeds=list(seeds), per_round=config.per_round,
-                                          threads=threads))
+                                          threads=threads, taught=taught))
         todo, measured, index = list(self.proposals), 0, 0
         while todo and measured < config.trials:
             scripts = todo[:min(self.per_round, config.trials - measured)]
@@ -148,6 +148,7 @@ def test_the_search_starts_from_every_script_timed_and_its_kernels_count(samples
     [call] = fake.calls
     assert call.trials == 4 and call.cost_model is cost.model
     assert call.threads == 0                 # every core, as tune_tir, unless told
+    assert call.taught                       # the cost model learned each seed as it was timed
     assert [s for s, _ in call.seeds] == SCRIPTS[:3]
     assert [o.latency_s for _, o in call.seeds] == [LATENCY[s] for s in SCRIPTS[:3]]
     model_round, *search_rounds = result.rounds
@@ -301,7 +302,7 @@ def test_a_search_that_fails_keeps_what_it_timed_and_says_why(samples_all, monke
     import codegen.search.tune as tune
 
     def failing(workload, target, evaluator, config, *, cost_model=None, seeds=(),
-                between=None, threads=1):
+                between=None, threads=1, taught=False):
         from codegen.search.tune import Round
 
         yield Round(0, SCRIPTS[4:6], evaluator.evaluate(workload, SCRIPTS[4:6]), 0.0)

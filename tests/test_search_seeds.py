@@ -72,6 +72,14 @@ def test_seeds_go_to_the_database_and_the_cost_model_and_are_not_timed_again(
     # TVM's own database holds the seeds beside the search's records.
     db = ms.database.JSONDatabase(work_dir=str(tmp_path), module_equality="structural")
     assert len(db) == len(first) + 4
+    # A cost model that learned the seeds as they were timed (optimize's) is not taught them
+    # again: only the search's own rounds.
+    cost = _Recording()
+    rounds = list(search(wl, llvm2_evaluator.target, llvm2_evaluator,
+                         SearchConfig(trials=2, per_round=2, population=32, seed=1),
+                         cost_model=cost, seeds=first, taught=True))
+    assert len(cost.taught) == len(rounds) >= 1
+    assert [len(t) for t in cost.taught] == [len(r.scripts) for r in rounds]
 
 
 class _FavouringSeeds:

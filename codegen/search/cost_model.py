@@ -216,7 +216,8 @@ class CostModel:
     def _learning(cls, threads: int) -> CostModel:
         from tvm.s_tir import meta_schedule as ms
 
-        return cls(ms.cost_model.XGBModel(extractor=EXTRACTOR, num_tuning_cores=threads,
+        return cls(ms.cost_model.XGBModel(extractor=EXTRACTOR,
+                                          num_tuning_cores=threads or os.cpu_count() or 1,
                                           num_warmup_samples=0, adaptive_training=False))
 
     @classmethod
@@ -269,7 +270,8 @@ class CostModel:
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, threads: int = 1) -> CostModel:
         """A trained model saved by ``save`` (``XGBModel.save``'s tar file); a CostModelError
-        naming the file when it is missing or not such a file."""
+        naming the file when it is missing or not such a file.  ``threads`` retrain it at each
+        ``update`` (XGBoost's nthread; 0: every core, as ``tune_tir``'s model)."""
         path = os.fspath(path)
         try:
             with tarfile.open(path) as tar:

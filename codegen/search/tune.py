@@ -189,9 +189,10 @@ def _unsearchable(ctx, trace, spaces: Sequence[tuple] | None = None) -> str | No
 
 def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
           seeds: Sequence[tuple[str, Outcome]], measured: _Measured,
-          spaces: Sequence[tuple] | None = None) -> int:
-    """Commits the measured ``seeds`` to ``database``, teaches ``cost_model`` their results and
-    adds them to ``measured``; returns how many it replayed.  A script the workload
+          spaces: Sequence[tuple] | None = None, *, teach: bool = True) -> int:
+    """Commits the measured ``seeds`` to ``database``, teaches ``cost_model`` their results
+    (unless ``teach`` is false: it holds them already) and adds them to ``measured``; returns
+    how many it replayed.  A script the workload
     refuses is skipped; one the search could not take (``_unsearchable``) is taught and
     remembered, not committed, so that the search never starts from it."""
     from tvm.s_tir import meta_schedule as ms
@@ -219,7 +220,7 @@ def _seed(ctx, database, entry, args_info, cost_model, workload, tgt,
         candidates.append(ms.MeasureCandidate(sch, args_info))
         results.append(result)
         measured.add(sch.mod, result)
-    if candidates:
+    if candidates and teach:
         cost_model.update(ctx, candidates, results)
     return len(candidates)
 
@@ -228,7 +229,7 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
            rules: str | None = None, work_dir: str | None = None, cost_model: Any = None,
            seeds: Sequence[tuple[str, Outcome]] = (),
            between: Callable[[int], Sequence[tuple[str, Outcome]]] | None = None,
-           threads: int = 1) -> Iterator[Round]:
+           threads: int = 1, taught: bool = False) -> Iterator[Round]:
     """Run MetaSchedule's evolutionary search on ``workload``, measuring with ``evaluator``
     (a ``codegen.measure.Evaluator`` for ``target``); yields each round as it is measured.
 
@@ -236,7 +237,10 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
     ``cost_model`` a MetaSchedule cost model to use instead of a new one (it is updated in
     place: it keeps learning from every kernel the search times).  ``between(left)``, called
     after each round with the trials left, returns scripts it measured itself (at most
-    ``left``): committed like seeds, and counted as trials.
+    ``left``): committed like seeds, and counted as trials.  ``taught``: ``cost_model`` has
+    learned the seeds' and ``between``'s results already (``optimize`` teaches its model every
+    kernel it times), so they are not taught twice: XGBModel keeps every update's rows, and a
+    second copy would weigh them double and cost a retraining.
 
     ``threads`` generate and score the candidates (MetaSchedule's mutations and the cost
     model's features: ``TuneContext.num_threads``; 0: every core, as ``tune_tir``).  One is
@@ -274,6 +278,7 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
         database = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
     else:
         database = ms.database.MemoryDatabase()
+    given_model = cost_model is not None   # a model of our own has learned nothing of them
     if cost_model is None:
         cost_model = ms.cost_model.CostModel.create(cost_model_name(config.cost_model),
                                                     num_tuning_cores=1)
@@ -283,8 +288,9 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
     design_spaces = ctx.generate_design_space()
     shapes = {_shape(space.trace) for space in design_spaces}
     # MetaSchedule counts a seed it proposes again as a trial; each is proposed at most once.
+    taught = taught and given_model
     replayed = _seed(ctx, database, entry, args_info, cost_model, workload, tgt, seeds, known,
-                     shapes)
+                     shapes, teach=not taught)
     # What ``between`` hands in may be proposed again too: room for as many re-proposals.
     headroom = config.trials if between is not None else 0
     ctx.pre_tuning(max_trials=config.trials + replayed + headroom,
@@ -328,7 +334,7 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
             if between is not None and measured < config.trials:
                 given = list(between(config.trials - measured))[:config.trials - measured]
                 _seed(ctx, database, entry, args_info, cost_model, workload, tgt, given, known,
-                      shapes)
+                      shapes, teach=not taught)
                 measured += len(given)
     finally:
         ctx.post_tuning()

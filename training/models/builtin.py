@@ -43,7 +43,9 @@ def default_model_dir() -> Path:
 def load_cost_model(choice: str, target_kind: str):
     """The cost model ``choice`` names: ``"auto"`` (the built-in one for an llvm target when
     it is there, else none), ``"none"``, or a file saved by ``dragon cost-model``.  A file
-    that does not load raises ``codegen.search.cost_model.CostModelError`` naming it."""
+    that does not load raises ``codegen.search.cost_model.CostModelError`` naming it.  It
+    retrains on every core at each update, as MetaSchedule's own model in ``tune_tir`` does
+    (nothing is timed while it trains)."""
     if choice == "none":
         return None
     if choice == "auto":
@@ -52,5 +54,5 @@ def load_cost_model(choice: str, target_kind: str):
         choice = str(DEFAULT_COST_MODEL)
     from codegen.search.cost_model import CostModel
 
-    return CostModel.load(choice)
+    return CostModel.load(choice, threads=0)
 

@@ -444,6 +444,7 @@ class _Search:
             self.seen[start.given.script] = start.given
         self.account = Account(config.budget, start.cost, start.measurements)
         self.rounds: list[Round] = []
+        self.taught: set[str] = set()   # the scripts the cost model has learned
         self.stopped = "rounds"
         self._bar: Any = None    # the search's progress bar, for what is timed between rounds
 
@@ -558,6 +559,7 @@ class _Search:
         if self.cost_model is not None and texts:
             self.cost_model.update(self.workload, self.target, texts,
                                    [o.latency_s if o.ok else None for o in outcomes])
+            self.taught.update(texts)
 
     def run_search(self, progress: bool, label: str = "") -> None:
         """MetaSchedule's evolutionary search for ``config.search`` kernels (what the budget
@@ -581,6 +583,8 @@ class _Search:
             return
         seeds = [(c.script, c.outcome) for c in self.seen.values()] \
             if self.config.seed_search else []
+        untaught = [c for c in self.seen.values() if c.script not in self.taught]  # the given
+        self._learn([c.script for c in untaught], [c.outcome for c in untaught])
         config = SearchConfig(trials=trials, per_round=trials, seed=self.sampling.seed)
         between = None
         if self.config.refine_search:  # search rounds of a quarter, the model's after each
@@ -593,7 +597,8 @@ class _Search:
             try:
                 self._search_rounds(search(self.workload, self.target, self.evaluator, config,
                                            cost_model=model, seeds=seeds, between=between,
-                                           threads=self.config.search_threads),
+                                           threads=self.config.search_threads,
+                                           taught=model is not None),
                                     bar)
             except Exception as exc:  # noqa: BLE001  MetaSchedule raises what its checks raise
                 lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
