@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_vs_metaschedule import HELD_OUT, TARGET, kept_records
+from bench_vs_metaschedule import HELD_OUT, TARGET, head_to_head, kept_records
 
 POOLS = ((4, 4), (4, 8), (8, 4), (8, 8), (16, 4))  # (neighbours, per neighbour)
 
@@ -51,16 +51,12 @@ def _mixed(pool: list[str], scores: dict[str, float], n: int, nearest: int) -> l
     return top + [s for s in pool if s not in top][:nearest]
 
 
-def _retime(evaluator, wl, scripts: list[str], rounds: int) -> dict[str, tuple[float, float]]:
-    """Each script timed ``rounds`` times, the order reversed every other round: its median
-    and spread (max - min) of the correct timings."""
-    times: dict[str, list[float]] = {s: [] for s in scripts}
-    for r in range(rounds):
-        order = scripts if r % 2 == 0 else scripts[::-1]
-        for script, outcome in zip(order, evaluator.evaluate(wl, order), strict=True):
-            if outcome.ok:
-                times[script].append(outcome.latency_s)
-    return {s: (statistics.median(t), max(t) - min(t)) for s, t in times.items() if t}
+def _retime(evaluator, spec: str, scripts: list[str], rounds: int) -> dict[str, list]:
+    """Each script timed ``rounds`` times, interleaved beside the unscheduled kernel
+    (``bench_vs_metaschedule.head_to_head``): its median and spread, when it ran correctly."""
+    timed = head_to_head(evaluator, spec, {str(i): s for i, s in enumerate(scripts)}, rounds)
+    return {s: [timed[str(i)]["median_s"], timed[str(i)]["spread_s"] or 0.0]
+            for i, s in enumerate(scripts) if timed[str(i)]["median_s"] is not None}
 
 
 def measure(spec: str, corpus, cost_model_path: str, evaluator, n: int, retimes: int,
@@ -89,10 +85,10 @@ def measure(spec: str, corpus, cost_model_path: str, evaluator, n: int, retimes:
             "oracle": min((s for s in pool if s in latency), key=latency.get, default=None)}
     winners = list(dict.fromkeys(s for p in picks.values() for s in p.values()
                                  if isinstance(s, str)))
-    timed = _retime(evaluator, wl, winners, retimes)
+    timed = _retime(evaluator, spec, winners, retimes)
     return {"workload": spec, "pool": len(widest), "correct": len(latency),
             "seconds": round(time.perf_counter() - started, 1),
-            "picks": picks, "timed": {s: list(t) for s, t in timed.items()},
+            "picks": picks, "timed": timed,
             "scripts": winners,
             "pool_scripts": widest, "latency_s": [latency.get(s) for s in widest],
             "scores": [float(scores[s]) for s in widest]}

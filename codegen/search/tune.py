@@ -278,7 +278,7 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
         database = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
     else:
         database = ms.database.MemoryDatabase()
-    given_model = cost_model is not None   # a model of our own has learned nothing of them
+    teach = not taught or cost_model is None   # a model of our own has learned none of them
     if cost_model is None:
         cost_model = ms.cost_model.CostModel.create(cost_model_name(config.cost_model),
                                                     num_tuning_cores=1)
@@ -288,9 +288,8 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
     design_spaces = ctx.generate_design_space()
     shapes = {_shape(space.trace) for space in design_spaces}
     # MetaSchedule counts a seed it proposes again as a trial; each is proposed at most once.
-    taught = taught and given_model
     replayed = _seed(ctx, database, entry, args_info, cost_model, workload, tgt, seeds, known,
-                     shapes, teach=not taught)
+                     shapes, teach=teach)
     # What ``between`` hands in may be proposed again too: room for as many re-proposals.
     headroom = config.trials if between is not None else 0
     ctx.pre_tuning(max_trials=config.trials + replayed + headroom,
@@ -334,7 +333,7 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
             if between is not None and measured < config.trials:
                 given = list(between(config.trials - measured))[:config.trials - measured]
                 _seed(ctx, database, entry, args_info, cost_model, workload, tgt, given, known,
-                      shapes, teach=not taught)
+                      shapes, teach=teach)
                 measured += len(given)
     finally:
         ctx.post_tuning()
