@@ -8,7 +8,15 @@ import math
 
 import pytest
 
-from training.evaluate.metrics import budget_curves, head_to_head, self_duel, sign_test, summarize
+from training.evaluate.metrics import (
+    budget_curves,
+    expected_best,
+    head_to_head,
+    permutation_test,
+    self_duel,
+    sign_test,
+    summarize,
+)
 
 
 def _row(model, task, attempt, status, latency, unscheduled, metaschedule, start=None):
@@ -116,3 +124,55 @@ def test_the_sign_test_leaves_out_ties_and_is_two_sided():
     assert p(10, 1) == pytest.approx(p(1, 10)) == pytest.approx(24 / 2 ** 11)
     assert p(10, 1, ties=50) == p(10, 1)
     assert p(88, 14) < 1e-12 and p(24, 17) > 0.3
+
+
+def test_expected_best_of_k_matches_every_draw_enumerated():
+    import itertools
+    values = [3.0, 1.0, 4.0, 1.5, 9.0, 2.0]
+    for k in range(1, 7):
+        draws = list(itertools.combinations(values, k))
+        assert expected_best(values, k) == pytest.approx(sum(map(max, draws)) / len(draws))
+    with pytest.raises(ValueError, match="k=7"):
+        expected_best(values, 7)
+
+
+def _sampler_rows(model, speedups_by_task, unscheduled=1.0):
+    return [_row(model, task, i, "correct", unscheduled / s, unscheduled, None)
+            for task, speedups in speedups_by_task.items() for i, s in enumerate(speedups)]
+
+
+def test_the_permutation_test_tells_a_better_sampler_from_the_luck_of_the_draw():
+    import random
+    rng = random.Random(3)
+
+    def draws(scale):          # 40 tasks, 4 attempts each: log-normal spread around a task
+        return {f"t{t}": [scale * (1 + t % 5) * math.exp(rng.gauss(0, 0.5)) for _ in range(4)]
+                for t in range(40)}
+
+    same = _sampler_rows("a", draws(1.0)) + _sampler_rows("b", draws(1.0))
+    better = _sampler_rows("a", draws(1.5)) + _sampler_rows("b", draws(1.0))
+    tie = permutation_test(same, "a", "b", "refinement", rounds=400)
+    won = permutation_test(better, "a", "b", "refinement", rounds=400)
+    assert tie["tasks"] == won["tasks"] == 40 and won["k"] == 4
+    assert tie["p"] > 0.05 and 0.85 < tie["ratio"] < 1.15
+    assert won["p"] < 0.01 and won["ratio"] > 1.3
+    # Symmetric: the other way round, the same p and the inverse ratio.
+    lost = permutation_test(better, "b", "a", "refinement", rounds=400)
+    assert lost["p"] == won["p"] and lost["ratio"] == pytest.approx(1 / won["ratio"])
+
+
+def test_the_permutation_test_pools_runs_by_their_own_unscheduled_kernel():
+    # Two runs of the same tasks on machines 2x apart: each attempt's speedup is over the
+    # unscheduled kernel of its own run, so pooling the runs changes nothing.
+    one = _sampler_rows("a", {"t": [2.0, 4.0]}) + _sampler_rows("b", {"t": [2.0, 2.0]})
+    two = [dict(r, latency_s=2 * r["latency_s"], unscheduled_s=2 * r["unscheduled_s"])
+           for r in one]
+    assert permutation_test(one + two, "a", "b", "refinement", k=1)["ratio"] == pytest.approx(
+        permutation_test(one, "a", "b", "refinement", k=1)["ratio"]) == pytest.approx(3 / 2)
+    # A failed attempt keeps the unscheduled kernel (1x); k above the fewest attempts is refused.
+    failed = [r for r in one if r["model"] == "a"] + [
+        _row("b", "t", i, "timeout", None, 1.0, None) for i in range(2)]
+    assert permutation_test(failed, "a", "b", "refinement")["ratio"] == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="k=3"):
+        permutation_test(one, "a", "b", "refinement", k=3)
+    assert permutation_test(one, "a", "c", "refinement")["tasks"] == 0

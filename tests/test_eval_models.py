@@ -105,8 +105,14 @@ def test_every_attempt_is_measured_beside_its_references(evaluation, models):
         # each model against itself: what sampling alone decides, at most every task
         for model, duel in summary["head_to_head_noise"][kind].items():
             assert duel["tasks"] == 1 and 0 <= duel["decided"] <= 1, model
+        # the permutation test of each pair, over the one task, at best of every attempt
+        assert set(summary["permutation"][kind]) == set(summary["head_to_head"][kind])
+        for t in summary["permutation"][kind].values():
+            assert t["tasks"] == 1 and t["k"] == CONFIG.attempts and 0 < t["p"] <= 1
+            assert t["ratio"] > 0
     report = (out / "report.md").read_text()
     assert "| early vs final |" in report and "sign test p" in report
+    assert "permutation p" in report
     assert "Sampling alone: each model against itself" in report
 
 

@@ -15,7 +15,9 @@ session.  What is reported, per model and task kind, follows the field's convent
   is correct and at least ``p`` times faster than the unscheduled kernel (``fast_0`` is the
   share of tasks solved at all);
 * head to head: per task, which of two models found the faster best kernel, a tie within the
-  larger of a fixed tolerance and the two timings' spread;
+  larger of a fixed tolerance and the two timings' spread; and a paired permutation test of
+  the two models' best-of-k speedups, whose p says whether the sampler's draw alone would give
+  a difference that large (``permutation_test``);
 * budget curves: per model and kind, the best speedup over the unscheduled kernel among the
   first ``n`` attempts (``n`` measurements spent, in sampling order), over the tasks;
 * what the scripts do (``dragon_dsl.stats``), over the attempts that parse: the share that
@@ -48,9 +50,9 @@ from codegen.measured import compare, speedup
 from dragon_dsl.errors import DragonError
 from dragon_dsl.stats import script_stats
 
-__all__ = ["FAST_P", "best_by_task", "budget_curves", "by_family", "fast_p", "geomean",
-           "head_to_head", "head_to_head_by_family", "self_duel", "sign_test", "slow_tasks",
-           "summarize"]
+__all__ = ["FAST_P", "best_by_task", "budget_curves", "by_family", "expected_best", "fast_p",
+           "geomean", "head_to_head", "head_to_head_by_family", "permutation_test", "self_duel",
+           "sign_test", "slow_tasks", "summarize"]
 
 FAST_P = (0.0, 1.0, 1.2, 2.0)
 _NOT_PARSED = {"parse_error"}
@@ -318,6 +320,95 @@ def self_duel(rows: list[dict[str, Any]], model: str, kind: str, *, tie: float =
             decided += _verdict(x, y, tie) != "tie"
     return {"decided": decided / rounds if rounds else 0.0, "tasks": len(attempts),
             "rounds": rounds}
+
+
+def expected_best(values: list[float], k: int) -> float:
+    """The expected largest of ``k`` of ``values`` drawn without replacement (the unbiased
+    estimate of a best of ``k`` from ``n >= k`` samples, as pass@k is estimated): with the
+    values sorted ascending, the i-th (0-based) is the largest of C(i, k-1) of the C(n, k)
+    draws.
+
+    >>> expected_best([1.0, 2.0, 3.0, 4.0], 4), expected_best([1.0, 2.0, 3.0, 4.0], 1)
+    (4.0, 2.5)
+    >>> expected_best([1.0, 3.0, 2.0], 2)  # draws {1,3} {1,2} {3,2}: best 3, 2, 3
+    2.6666666666666665
+    """
+    n = len(values)
+    if not 1 <= k <= n:
+        raise ValueError(f"Expected 1 <= k <= {n} (the values) but got k={k}")
+    ranked = sorted(values)
+    return sum(v * math.comb(i, k - 1) for i, v in enumerate(ranked)) / math.comb(n, k)
+
+
+def _attempt_speedups(rows: list[dict[str, Any]], model: str, kind: str
+                      ) -> dict[str, list[float]]:
+    """``{task: [speedup of each attempt]}`` of ``model``'s rows of ``kind``: over the task's
+    unscheduled kernel as timed beside it, at least 1.0 (the unscheduled kernel is always at
+    hand; an attempt that fails counts as keeping it, as ``budget_curves`` counts it)."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row["model"] == model and row["kind"] == kind and row["status"] != "skipped":
+            s = (speedup(row.get("unscheduled_s"), row["latency_s"])
+                 if row["status"] == "correct" else None)
+            out[row["task"]].append(max(s or 1.0, 1.0))
+    return out
+
+
+def permutation_test(rows: list[dict[str, Any]], a: str, b: str, kind: str, *,
+                     k: int | None = None, rounds: int = 2000, seed: int = 0
+                     ) -> dict[str, Any]:
+    """Whether ``a``'s best of ``k`` attempts beats ``b``'s by more than which attempts the
+    sampler happened to draw: a paired permutation test over the tasks both attempted.
+
+    The statistic is the geometric mean over tasks of ``a``'s expected best of ``k`` speedup
+    (``expected_best`` over its attempts; ``k``: the fewest attempts either model made at a
+    task when None) over ``b``'s.  Under the null hypothesis that the two models sample from
+    the same distribution at each task, the labels of a task's pooled attempts are
+    exchangeable, so each round deals every task's attempts out again, as many to each model
+    as it made, and ``p`` is the share of rounds (the observed one counted, so never 0) whose
+    statistic is at least as far from 1 as the observed.  Unlike the head to head it weighs
+    by how much faster, uses every attempt (runs with different seeds can be pooled: each
+    speedup is over its own run's unscheduled kernel) and needs no tie threshold; like it,
+    a task counts once however many attempts it has.
+
+    >>> rows = [{"model": m, "task": f"t{t}", "kind": "k", "status": "correct",
+    ...          "latency_s": l, "unscheduled_s": 8.0}
+    ...         for t in range(12) for m, ls in (("a", (1.0, 2.0)), ("b", (2.0, 4.0)))
+    ...         for l in ls]
+    >>> p = permutation_test(rows, "a", "b", "k", rounds=500)
+    >>> p["ratio"], p["tasks"], p["k"], p["p"] < 0.01
+    (2.0, 12, 2, True)
+    >>> permutation_test(rows, "a", "a", "k", rounds=50)["p"]
+    1.0
+    """
+    import random
+
+    xs, ys = _attempt_speedups(rows, a, kind), _attempt_speedups(rows, b, kind)
+    tasks = sorted(set(xs) & set(ys))
+    if not tasks:
+        return {"ratio": None, "p": 1.0, "tasks": 0, "k": k, "rounds": rounds}
+    fewest = min(min(len(xs[t]), len(ys[t])) for t in tasks)
+    k = fewest if k is None else k
+    if not 1 <= k <= fewest:
+        raise ValueError(f"Expected 1 <= k <= {fewest} (the fewest attempts a model made at "
+                         f"a task) but got k={k}")
+
+    def statistic(pairs: list[tuple[list[float], list[float]]]) -> float:
+        return sum(math.log(expected_best(x, k) / expected_best(y, k))
+                   for x, y in pairs) / len(pairs)
+
+    observed = statistic([(xs[t], ys[t]) for t in tasks])
+    rng = random.Random(seed)
+    extreme = 1                                   # the observed dealing is one of them
+    for _ in range(rounds):
+        dealt = []
+        for t in tasks:
+            pooled = xs[t] + ys[t]
+            rng.shuffle(pooled)
+            dealt.append((pooled[:len(xs[t])], pooled[len(xs[t]):]))
+        extreme += abs(statistic(dealt)) >= abs(observed) - 1e-12
+    return {"ratio": math.exp(observed), "p": min(1.0, extreme / (rounds + 1)),
+            "tasks": len(tasks), "k": k, "rounds": rounds}
 
 
 def head_to_head_by_family(rows: list[dict[str, Any]], names: list[str], kind: str, *,

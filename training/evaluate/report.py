@@ -74,12 +74,24 @@ def markdown(summary: dict[str, Any]) -> str:
         lines += _curve_table(summary.get("curves", {}), kind)
         pairs = summary["head_to_head"].get(kind, {})
         if pairs:
-            lines += ["", "| head to head | wins | wins | ties | tasks | sign test p |",
-                      "|---|---|---|---|---|---|"]
+            permuted = summary.get("permutation", {}).get(kind, {})
+            lines += ["", "| head to head | wins | wins | ties | tasks | sign test p "
+                      "| best of k, geomean ratio | permutation p |",
+                      "|---|---|---|---|---|---|---|---|"]
             for pair, h in pairs.items():
                 a, b = pair.split(" vs ")
+                t = permuted.get(pair) or {}
                 lines.append(f"| {pair} | {a}: {h['wins_a']} | {b}: {h['wins_b']} | "
-                             f"{h['ties']} | {h['tasks']} | {sign_test(h):.3g} |")
+                             f"{h['ties']} | {h['tasks']} | {sign_test(h):.3g} | "
+                             + (f"{t['ratio']:.3f} (k={t['k']}) | {t['p']:.3g} |"
+                                if t.get("ratio") else "- | - |"))
+            if permuted:
+                lines += ["", "Best of k, geomean ratio: the first model's best-of-k speedup "
+                          "over the second's (at least 1x each; k the fewest attempts "
+                          "either made), geometric mean over the tasks; permutation p: the "
+                          "share of dealings of each task's pooled attempts between the two "
+                          "models, at random, whose ratio is at least as far from 1 (the "
+                          "chance that which attempts the sampler drew made the difference)."]
             noise = summary.get("head_to_head_noise", {}).get(kind, {})
             if noise:
                 lines += ["", "Sampling alone: each model against itself, its attempts drawn "

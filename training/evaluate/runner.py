@@ -54,6 +54,7 @@ from training.evaluate.metrics import (
     by_family,
     head_to_head,
     head_to_head_by_family,
+    permutation_test,
     self_duel,
     slow_tasks,
     summarize,
@@ -359,6 +360,10 @@ def run_eval(models: dict[str, str], data: str | Path, out: str | Path, *,
                "curves": budget_curves(rows), "by_family": by_family(rows),
                "head_to_head_by_family": {
                    kind: head_to_head_by_family(rows, names, kind, tie=config.tie)
+                   for kind in config.kinds},
+               "permutation": {
+                   kind: {f"{a} vs {b}": permutation_test(rows, a, b, kind)
+                          for i, a in enumerate(names) for b in names[i + 1:]}
                    for kind in config.kinds},
                "head_to_head_noise": {
                    kind: {m: self_duel(rows, m, kind, tie=config.tie) for m in names}
