@@ -143,7 +143,7 @@ def metaschedule(spec: str, trials: int, seed: int) -> Side:
 
 def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path: str | None,
            evaluator, share: float, width: int, ablate: str | None = None, transfer: int = 0,
-           corpus: list | None = None, refine_search: int = 0) -> Side:
+           corpus: list | None = None, refine_search: int = 0, local: float = 0.0) -> Side:
     """``optimize``: ``transfer`` kernels carried over from ``corpus`` first (at most half the
     budget), then round(share x the rest) from the model's rounds (two rounds, the second
     refining the best so far, when there are at least 4), the rest from the seeded search; the
@@ -151,7 +151,9 @@ def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path:
     cost model that has seen search: no ranking of samples, and the search's XGBoost starts
     untrained, as MetaSchedule's), "seeding" (the search starts from random samples, not from
     the model's scripts) or "model" (the model's rounds cut to one sample).  ``refine_search``:
-    the model's refinements of the best so far between the search's rounds (counted in it)."""
+    the model's refinements of the best so far between the search's rounds (counted in it).
+    ``local``: the share of the search's part timed first from mutants of the fastest kernels
+    (``OptimizeConfig.local``)."""
     from codegen.workloads import workload
     from training.optimize.kernel import OptimizeConfig, optimize
     from training.sampling.config import SamplingConfig
@@ -166,7 +168,9 @@ def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path:
     from_model = 1 if ablate == "model" else max(1, round(share * rest))
     rounds = 1 if from_model >= 4 else 0
     k = from_model // (rounds + 1)
-    config = OptimizeConfig(k=k, rounds=rounds, search=rest - k * (rounds + 1),
+    searched = rest - k * (rounds + 1)
+    mutated = round(local * searched)
+    config = OptimizeConfig(k=k, rounds=rounds, search=searched - mutated, local=mutated,
                             width=max(k, width) if cost_model is not None else None,
                             seed_search=ablate != "seeding", transfer=carried,
                             refine_search=refine_search)
@@ -249,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--refine-search", type=int, default=0,
                    help="The model's refinements of the best so far written between the "
                         "search's rounds (OptimizeConfig.refine_search); 0: none.")
+    p.add_argument("--local", type=float, default=0.0,
+                   help="The share of dragon's searched part timed last as mutants of its "
+                        "fastest kernels (OptimizeConfig.local; benchmarks/local_vs_search.py "
+                        "measures it); 0: none.")
     p.add_argument("--retimes", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--target", default=None,
@@ -320,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{spec}: dragon {top} ...", flush=True)
             ours = dragon(spec, top, args.seed, model, tokenizer, cost_model, ev,
                           args.model_share, args.width, args.ablate, args.transfer, corpus,
-                          args.refine_search)
+                          args.refine_search, args.local)
             runs = {"metaschedule": {top: theirs}, "dragon": {top: ours}}
             if args.separate and args.separate < top:
                 runs["metaschedule"][args.separate] = \
@@ -329,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs["dragon"][args.separate] = dragon(
                     spec, args.separate, args.seed, model, tokenizer, cost_model, ev,
                     args.model_share, args.width, args.ablate, args.transfer, corpus,
-                    args.refine_search)
+                    args.refine_search, args.local)
             entry = {"workload": spec, "curves": []}
             for n in args.budgets:
                 scripts = {"dragon": ours.best_of_first(n)[0],

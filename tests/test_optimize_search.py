@@ -410,3 +410,44 @@ def test_the_built_in_cost_model_ranks_a_kernels_samples_by_default(argv, kind, 
     cost_model, config = cli_ranking(args.cost_model, kind, is_whole_model(args.workload),
                                      config)
     assert (cost_model is not None) == ranks and config.width == width
+
+
+def test_mutants_of_the_fastest_are_timed_last(samples_all, monkeypatch):
+    """``local``: after the search (which explores), rounds of ``local_round`` kernels, each
+    from mutants of the three fastest correct kernels so far (the next round's parents include
+    the last round's), the ones the cost model ranks first timed, none timed before."""
+    import codegen.search.mutate as mutate
+    import codegen.search.tune as tune
+
+    asked = []
+    pools = iter([SCRIPTS[3:8], [SCRIPTS[3], SCRIPTS[6]], []])  # then one new, then none
+
+    def mutants(workload, target, parents, count, *, seed=0, rules=None, exclude=()):
+        asked.append((list(parents), count, set(exclude)))
+        return [s for s in next(pools) if s not in exclude][:count]
+
+    monkeypatch.setattr(mutate, "mutants", mutants)
+    fake = _Search([SCRIPTS[5]])
+    monkeypatch.setattr(tune, "search", fake)
+    ev, cost = _Evaluator(), _CostModel(lambda s: -LATENCY[s])   # a cost model that knows
+    result = optimize(None, None, SPEC, config=OptimizeConfig(k=3, rounds=0, width=3, local=5,
+                                                              local_round=2, search=1),
+                      evaluator=ev, start=_start(ev), cost_model=cost)
+    [call] = fake.calls
+    assert call.trials == 1 and len(call.seeds) == 3          # the search came first
+    # The first mutants are of the three fastest, fastest first; nothing timed is proposed.
+    assert asked[0][0] == [SCRIPTS[1], SCRIPTS[2], SCRIPTS[0]] and asked[0][1] == 3
+    assert set(SCRIPTS[:3]) | {SCRIPTS[5]} <= asked[0][2]
+    # Round 1 ranks 3 of its pool (width 3) and times the two it ranks first.
+    assert ev.timed[4:6] == [SCRIPTS[3], SCRIPTS[4]]
+    # Round 2 mutates the new fastest; its pool has one script not timed yet; round 3 none.
+    assert asked[1][0] == [SCRIPTS[4], SCRIPTS[1], SCRIPTS[3]]
+    assert ev.timed[6:7] == [SCRIPTS[6]] and len(asked) == 3
+    assert [r.prompt for r in result.rounds] == ["construction", "search", "local", "local"]
+    assert [r.measured for r in result.rounds] == [3, 1, 2, 1]
+    assert result.measurements == 2 + 3 + 1 + 3 + 3
+    assert result.best.script == SCRIPTS[4] and result.best.source == "local"
+    with pytest.raises(ValueError, match="local >= 0"):
+        OptimizeConfig(local=-1)
+    with pytest.raises(ValueError, match="local_round >= 1"):
+        OptimizeConfig(local_round=0)

@@ -4,6 +4,8 @@ schedules (unscheduled, DLight's rules, MetaSchedule's tuned best) scripts are c
 - ``space.py``: ``SearchSpace``, ``sample_traces`` (every trace in the project comes from here);
 - ``tune.py``: ``search``, MetaSchedule's evolutionary search with every candidate measured
   by an ``Evaluator`` (the source of ``dragon datagen``'s records);
+- ``mutate.py``: ``mutants``, MetaSchedule's mutators applied to measured scripts (the fastest
+  so far), for ``optimize``'s rounds that exploit them (``OptimizeConfig.local``);
 - ``rival.py``: ``rival_search``, that search at an equal budget, every attempt kept and the best
   derived (what ``dragon demo``, ``dragon optimize MODEL`` and ``dragon eval`` compare with);
 - ``baselines.py``: ``unscheduled``, ``rule_based``, ``metaschedule_best`` and ``baselines``

@@ -117,6 +117,7 @@ def format_report(result, out: str | None) -> str:
     origin = {"sample": f"round {best.round}",
               "search": f"MetaSchedule's search, round {best.round}",
               "corpus": "carried over from the corpus",
+              "local": f"a mutant of the fastest kernels, round {best.round}",
               "refine": f"the model's refinement between the search's rounds, round "
                         f"{best.round}"}.get(
         best.source, "the given script: no sampled script was faster")

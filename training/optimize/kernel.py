@@ -102,6 +102,14 @@ class OptimizeConfig:
                 "rounds, starting from every script the model timed and ranking with the "
                 "cost model, plus what the scripts carried over and the model's rounds left "
                 "untimed (samples that do not apply, duplicates); 0: no search."})
+    local: int = field(default=0, metadata={
+        "help": "Kernels timed last, from mutants of the fastest kernels so far (after the "
+                "search, which explores; these exploit): rounds of local_round, each "
+                "MetaSchedule's mutators applied to the three fastest correct scripts "
+                "(codegen.search.mutate), the cost model ranking width of them (0: none)."})
+    local_round: int = field(default=4, metadata={
+        "help": "Kernels timed per round of mutants (the next round mutates the fastest "
+                "kernels again, its own included)."})
     refine_search: int = field(default=0, metadata={
         "help": "Scripts the model writes between the search's rounds, from the refinement "
                 "prompt of the fastest kernel so far: the model as one more mutator of the "
@@ -141,6 +149,9 @@ class OptimizeConfig:
         if not self.search_threads >= 0:
             raise ValueError(f"Expected search_threads >= 0 but got "
                              f"search_threads={self.search_threads}")
+        if not self.local >= 0 or not self.local_round >= 1:
+            raise ValueError(f"Expected local >= 0 and local_round >= 1 but got "
+                             f"local={self.local}, local_round={self.local_round}")
         if not self.transfer >= 0:
             raise ValueError(f"Expected transfer >= 0 but got transfer={self.transfer}")
         if self.budget is not None and not self.budget >= 1:
@@ -154,8 +165,9 @@ class Candidate:
     script: str
     outcome: Any               # codegen.measure.Outcome
     round: int                 # the round that first wrote it (0 for the script to refine)
-    source: str = "sample"     # "sample", "given" (the script to refine), "corpus", "search"
-                               # or "refine" (the model's, between the search's rounds)
+    source: str = "sample"     # "sample", "given" (the script to refine), "corpus", "local"
+                               # (a mutant of the fastest), "search" or "refine" (the
+                               # model's, between the search's rounds)
 
     @property
     def latency_s(self) -> float | None:
@@ -172,8 +184,9 @@ class Round:
 
     index: int
     prompt: str                    # "construction", "refinement", "corpus" (scripts carried
-                                   # over), "search" (MetaSchedule's) or "refine" (the model's
-                                   # refinements between the search's rounds)
+                                   # over), "local" (mutants of the fastest), "search"
+                                   # (MetaSchedule's) or "refine" (the model's refinements
+                                   # between the search's rounds)
     prompt_latency_s: float | None  # the latency the refinement prompt gave
     attempts: int                  # scripts sampled
     measured: int                  # distinct scripts measured for the first time
@@ -404,6 +417,9 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
         lap("model")
         search.run_search(progress, label)
         lap("search")
+        if config.local:
+            search.run_local()
+            lap("local")
         final = search.retime(timer or evaluator)
         lap("retime")
         return OptimizeResult(
@@ -560,6 +576,30 @@ class _Search:
             self.cost_model.update(self.workload, self.target, texts,
                                    [o.latency_s if o.ok else None for o in outcomes])
             self.taught.update(texts)
+
+    def run_local(self) -> None:
+        """``config.local`` kernels (what the budget leaves, at most) from mutants of the
+        three fastest correct kernels so far, in rounds of ``config.local_round``: each round
+        ``config.width`` mutants (4 per kernel timed without one), the ones the cost model ranks
+        first timed."""
+        from codegen.search.mutate import mutants
+
+        left = int(min(self.config.local, self.account.left()))
+        while left > 0:
+            n = min(self.config.local_round, left)
+            parents = sorted((c for c in self.seen.values() if c.outcome.ok),
+                             key=lambda c: c.outcome.latency_s)[:3]
+            index = len(self.rounds)
+            width = max(n, self.config.width or 4 * n) if self.cost_model is not None else n
+            texts = mutants(self.workload, self.target, [c.script for c in parents], width,
+                            seed=self.sampling.seed + 2000 + index, exclude=list(self.seen))
+            if not texts:
+                return
+            new = self._measure(texts, n, index, "local")
+            self._record(index, "local", parents[0].outcome.latency_s, len(texts), new, new)
+            if not new:
+                return
+            left -= len(new)
 
     def run_search(self, progress: bool, label: str = "") -> None:
         """MetaSchedule's evolutionary search for ``config.search`` kernels (what the budget
