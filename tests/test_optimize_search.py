@@ -415,7 +415,8 @@ def test_the_built_in_cost_model_ranks_a_kernels_samples_by_default(argv, kind, 
 def test_mutants_of_the_fastest_are_timed_last(samples_all, monkeypatch):
     """``local``: after the search (which explores), rounds of ``local_round`` kernels, each
     from mutants of the three fastest correct kernels so far (the next round's parents include
-    the last round's), the ones the cost model ranks first timed, none timed before."""
+    the last round's), the ones the cost model ranks first timed, none timed before; what
+    they cannot time goes to the search."""
     import codegen.search.mutate as mutate
     import codegen.search.tune as tune
 
@@ -433,7 +434,7 @@ def test_mutants_of_the_fastest_are_timed_last(samples_all, monkeypatch):
     result = optimize(None, None, SPEC, config=OptimizeConfig(k=3, rounds=0, width=3, local=5,
                                                               local_round=2, search=1),
                       evaluator=ev, start=_start(ev), cost_model=cost)
-    [call] = fake.calls
+    call = fake.calls[0]
     assert call.trials == 1 and len(call.seeds) == 3          # the search came first
     # The first mutants are of the three fastest, fastest first; nothing timed is proposed.
     assert asked[0][0] == [SCRIPTS[1], SCRIPTS[2], SCRIPTS[0]] and asked[0][1] == 3
@@ -443,9 +444,12 @@ def test_mutants_of_the_fastest_are_timed_last(samples_all, monkeypatch):
     # Round 2 mutates the new fastest; its pool has one script not timed yet; round 3 none.
     assert asked[1][0] == [SCRIPTS[4], SCRIPTS[1], SCRIPTS[3]]
     assert ev.timed[6:7] == [SCRIPTS[6]] and len(asked) == 3
-    assert [r.prompt for r in result.rounds] == ["construction", "search", "local", "local"]
-    assert [r.measured for r in result.rounds] == [3, 1, 2, 1]
-    assert result.measurements == 2 + 3 + 1 + 3 + 3
+    # With no mutant left to time, MetaSchedule's search takes the 2 they left.
+    assert [call.trials for call in fake.calls] == [1, 2] and len(fake.calls[1].seeds) == 7
+    assert [r.prompt for r in result.rounds] == ["construction", "search", "local", "local",
+                                                 "search"]
+    assert [r.measured for r in result.rounds] == [3, 1, 2, 1, 1]
+    assert result.measurements == 2 + 3 + 1 + 3 + 1 + 3
     assert result.best.script == SCRIPTS[4] and result.best.source == "local"
     with pytest.raises(ValueError, match="local >= 0"):
         OptimizeConfig(local=-1)

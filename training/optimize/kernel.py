@@ -418,8 +418,11 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
         search.run_search(progress, label)
         lap("search")
         if config.local:
-            search.run_local()
+            left = search.run_local()
             lap("local")
+            if left:  # no mutant to time: MetaSchedule's search takes what they left
+                search.run_search(progress, label, trials=left)
+                lap("search")
         final = search.retime(timer or evaluator)
         lap("retime")
         return OptimizeResult(
@@ -577,14 +580,26 @@ class _Search:
                                    [o.latency_s if o.ok else None for o in outcomes])
             self.taught.update(texts)
 
-    def run_local(self) -> None:
+    def _unspent(self) -> int:
+        """What the scripts carried over and the model's rounds were given but did not time
+        (samples that do not apply, duplicates, fewer scripts fitted): at a budget of n, n
+        kernels are timed, so the search (or without one, the mutants) takes it."""
+        planned = self.config.transfer + self.config.k * (self.config.rounds + 1)
+        timed = sum(r.measured for r in self.rounds
+                    if r.prompt in ("corpus", "construction", "refinement"))
+        return max(0, planned - timed)
+
+    def run_local(self) -> int:
         """``config.local`` kernels (what the budget leaves, at most) from mutants of the
         three fastest correct kernels so far, in rounds of ``config.local_round``: each round
         ``config.width`` mutants (4 per kernel timed without one), the ones the cost model ranks
-        first timed."""
+        first timed.  Returns how many it did not time for want of a new mutant (parents that
+        MetaSchedule's mutators cannot take, a space with no other decision)."""
         from codegen.search.mutate import mutants
 
-        left = int(min(self.config.local, self.account.left()))
+        # Without a search, what the corpus and the model left untimed comes here.
+        unspent = 0 if self.config.search else self._unspent()
+        left = int(min(self.config.local + unspent, self.account.left()))
         while left > 0:
             n = min(self.config.local_round, left)
             parents = sorted((c for c in self.seen.values() if c.outcome.ok),
@@ -593,32 +608,27 @@ class _Search:
             width = max(n, self.config.width or 4 * n) if self.cost_model is not None else n
             texts = mutants(self.workload, self.target, [c.script for c in parents], width,
                             seed=self.sampling.seed + 2000 + index, exclude=list(self.seen))
-            if not texts:
-                return
-            new = self._measure(texts, n, index, "local")
-            self._record(index, "local", parents[0].outcome.latency_s, len(texts), new, new)
+            new = self._measure(texts, n, index, "local") if texts else []
             if not new:
-                return
+                return left
+            self._record(index, "local", parents[0].outcome.latency_s, len(texts), new, new)
             left -= len(new)
+        return 0
 
-    def run_search(self, progress: bool, label: str = "") -> None:
-        """MetaSchedule's evolutionary search for ``config.search`` kernels (what the budget
-        leaves, at most), seeded with every script timed so far; with ``config.refine_search``
-        r, in rounds of max(2r, a quarter of it), the model's r refinements of the best so far
-        after each (``_refine_between``), counted in it."""
+    def run_search(self, progress: bool, label: str = "", trials: int | None = None) -> None:
+        """MetaSchedule's evolutionary search for ``config.search`` kernels (``trials`` when
+        given; what the budget leaves, at most), seeded with every script timed so far; with
+        ``config.refine_search`` r, in rounds of max(2r, a quarter of it), the model's r
+        refinements of the best so far after each (``_refine_between``), counted in it."""
         from tqdm.auto import tqdm
 
         from codegen.search.tune import SearchConfig, search
 
-        # What the scripts carried over and the model's rounds were given but did not time
-        # (samples that do not apply, duplicates, fewer scripts fitted) goes to the search, when
-        # there is one: at a budget of n, n kernels are timed.
-        planned = self.config.transfer + self.config.k * (self.config.rounds + 1)
-        unspent = max(0, planned - sum(r.measured for r in self.rounds)) \
-            if self.config.search else 0
-        trials = int(min(self.config.search + unspent, self.account.left()))
+        unspent = self._unspent() if self.config.search else 0
+        wanted = self.config.search + unspent if trials is None else trials
+        trials = int(min(wanted, self.account.left()))
         if trials < 1:
-            if self.config.search > 0:
+            if wanted > 0:
                 self.stopped = "budget"
             return
         seeds = [(c.script, c.outcome) for c in self.seen.values()] \
