@@ -167,7 +167,8 @@ def cmd_demo(args) -> int:
             showdown = compare_kernel(model, tokenizer, wl, ev, k=config.k, rounds=config.rounds,
                                       seed=config.seed, width=kernel_width, search=config.search,
                                       cost_model=cost_model, transfer=config.transfer,
-                                      corpus=corpus, progress=not args.quiet)
+                                      corpus=corpus, progress=not args.quiet,
+                                      local=config.local)
             rows.append(kernel_row(showdown))
             notes.append(wall_clock_line(showdown))
             comparisons += kernel_comparisons(showdown)

@@ -63,6 +63,9 @@ class DemoConfig:
         "help": "Kernels of the layer timed by MetaSchedule's evolutionary search after the "
                 "model's rounds, started from every script timed before and ranked by the "
                 "cost model (0: no search)."})
+    local: int = field(default=0, metadata={
+        "help": "Kernels of the layer timed last, from mutants of the fastest kernels so far "
+                "(OptimizeConfig.local; what they cannot time goes to the search; 0: none)."})
     network_search: int = field(default=4, metadata={
         "help": "The same per task of the network."})
     population: int = field(default=64, metadata={
@@ -75,9 +78,10 @@ class DemoConfig:
         if self.k < 1 or self.rounds < 0 or self.network_k < 1:
             raise ValueError(f"Expected k >= 1, network_k >= 1 and rounds >= 0 but got "
                              f"k={self.k}, network_k={self.network_k}, rounds={self.rounds}")
-        if min(self.width, self.search, self.network_search, self.transfer) < 0:
-            raise ValueError(f"Expected width, search, network_search and transfer >= 0 but "
-                             f"got width={self.width}, search={self.search}, "
+        if min(self.width, self.search, self.local, self.network_search, self.transfer) < 0:
+            raise ValueError(f"Expected width, search, local, network_search and transfer >= 0 "
+                             f"but got width={self.width}, search={self.search}, "
+                             f"local={self.local}, "
                              f"network_search={self.network_search}, "
                              f"transfer={self.transfer}")
         if not (self.kernel or self.network):
@@ -125,12 +129,12 @@ class KernelShowdown:
 def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 4,
                    rounds: int = 1, seed: int = 0, width: int = 0, search: int = 0,
                    cost_model: Any = None, transfer: int = 0, corpus: Any = None,
-                   progress: bool = False) -> KernelShowdown:
+                   progress: bool = False, local: int = 0) -> KernelShowdown:
     """``optimize`` with ``transfer`` scripts carried over from ``corpus`` first (when
     given), ``k`` and ``rounds`` (``width`` samples a round ranked by ``cost_model`` when both
     are given), then ``search`` kernels of MetaSchedule's search seeded with every script
-    timed, then MetaSchedule's ``tune_tir`` in a new process (``tune_tir_fresh``) with as many
-    trials as the model's search timed kernels (its baselines and re-timing included, as
+    timed (and ``local`` mutants of the fastest, last), then MetaSchedule's ``tune_tir`` in a
+    new process (``tune_tir_fresh``) with as many trials as the model's search timed kernels (its baselines and re-timing included, as
     ``optimize_model`` counts them), then both winners and the baselines re-timed together on
     ``evaluator`` (best without a cache: every figure is from this session)."""
     from codegen.measured import Baselines, measure_beside, outcomes
@@ -140,7 +144,7 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
     ranked = width > k and cost_model is not None
     started = time.perf_counter()
     result = optimize(model, tokenizer, workload,
-                      config=OptimizeConfig(k=k, rounds=rounds, search=search,
+                      config=OptimizeConfig(k=k, rounds=rounds, search=search, local=local,
                                             width=width if ranked else None,
                                             transfer=transfer if corpus is not None else 0),
                       sampling=SamplingConfig(n=k, seed=seed), evaluator=evaluator,

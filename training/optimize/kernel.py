@@ -394,7 +394,7 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
     def lap(phase: str) -> None:
         nonlocal clock
         now = time.perf_counter()
-        seconds[phase] = now - clock
+        seconds[phase] = seconds.get(phase, 0.0) + now - clock   # a phase may come twice
         clock = now
 
     try:
