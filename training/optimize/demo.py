@@ -134,9 +134,10 @@ def compare_kernel(model, tokenizer, workload: Any, evaluator: Any, *, k: int = 
     given), ``k`` and ``rounds`` (``width`` samples a round ranked by ``cost_model`` when both
     are given), then ``search`` kernels of MetaSchedule's search seeded with every script
     timed (and ``local`` mutants of the fastest, last), then MetaSchedule's ``tune_tir`` in a
-    new process (``tune_tir_fresh``) with as many trials as the model's search timed kernels (its baselines and re-timing included, as
-    ``optimize_model`` counts them), then both winners and the baselines re-timed together on
-    ``evaluator`` (best without a cache: every figure is from this session)."""
+    new process (``tune_tir_fresh``) with as many trials as the model's search timed kernels
+    (its baselines and re-timing included, as ``optimize_model`` counts them), then both
+    winners and the baselines re-timed together on ``evaluator`` (best without a cache: every
+    figure is from this session)."""
     from codegen.measured import Baselines, measure_beside, outcomes
     from training.optimize.kernel import OptimizeConfig, optimize
     from training.sampling.config import SamplingConfig
