@@ -106,7 +106,8 @@ class OptimizeConfig:
         "help": "Kernels timed last, from mutants of the fastest kernels so far (after the "
                 "search, which explores; these exploit): rounds of local_round, each "
                 "MetaSchedule's mutators applied to the three fastest correct scripts "
-                "(codegen.search.mutate), the cost model ranking width of them (0: none)."})
+                "(codegen.search.mutate), the cost model ranking width of them; what no mutant "
+                "can take (no script the mutators take) goes to the search (0: none)."})
     local_round: int = field(default=4, metadata={
         "help": "Kernels timed per round of mutants (the next round mutates the fastest "
                 "kernels again, its own included)."})
