@@ -43,8 +43,9 @@ def test_mutants_are_reproducible_and_leave_out_what_is_excluded(parents):
     first = mutants(wl, TARGET, parents, 8, seed=5)
     assert mutants(wl, TARGET, parents, 8, seed=5) == first
     assert mutants(wl, TARGET, parents, 8, seed=6) != first
-    again = mutants(wl, TARGET, parents, 8, seed=5, exclude=first[:4])
-    assert not set(again) & set(first[:4])
+    again = mutants(wl, TARGET, parents, 8, seed=5, exclude=[*first[:4], "not a script"])
+    assert not set(again) & set(first[:4])                     # a text that does not parse
+    assert mutants(wl, TARGET, [*parents, "not a script"], 4, seed=5) == first[:4]  # is skipped
 
 
 def test_parents_the_mutators_cannot_take_give_no_mutants(parents):

@@ -40,7 +40,6 @@ def mutants(workload: Any, target: Any, parents: Sequence[str], count: int, *, s
     from tvm.s_tir.schedule import Schedule
 
     import dragon_dsl
-    from dragon_dsl.errors import DragonError
 
     from ..targets import (
         as_module,
@@ -71,9 +70,7 @@ def mutants(workload: Any, target: Any, parents: Sequence[str], count: int, *, s
     for script in parents:
         try:
             trace = dragon_dsl.to_schedule(script, workload=workload, target=tgt).trace
-        except DragonError:
-            continue
-        except Exception:  # noqa: BLE001  TVM refuses a parent its own way: skipped too
+        except Exception:  # noqa: BLE001  the language or TVM refuses it: skipped
             continue
         if _unsearchable(ctx, trace, shapes) is None:
             traces.append(trace)
@@ -82,7 +79,7 @@ def mutants(workload: Any, target: Any, parents: Sequence[str], count: int, *, s
     mutators = list(ctx.space_generator.mutator_probs.items())
     weights = [float(p) for _, p in mutators]
     postprocs = list(ctx.space_generator.postprocs)
-    seen = {dragon_dsl.format(s) for s in [*parents, *exclude] if s}
+    seen = {_canonical(s) for s in [*parents, *exclude] if s}
     out: list[str] = []
     for attempt in range(count * _TRIES_PER_MUTANT):
         if len(out) >= count:
@@ -105,3 +102,15 @@ def mutants(workload: Any, target: Any, parents: Sequence[str], count: int, *, s
             seen.add(script)
             out.append(script)
     return out
+
+
+def _canonical(script: str) -> str:
+    """The script's canonical text; the text itself when it does not parse (a candidate that
+    failed to parse is excluded as it was written)."""
+    import dragon_dsl
+    from dragon_dsl.errors import DragonError
+
+    try:
+        return dragon_dsl.format(script)
+    except DragonError:
+        return script
