@@ -74,3 +74,63 @@ def test_transfer_pool_mixes_the_ranked_with_the_nearest_and_counts_ties_by_the_
     text = pool.table([row(2e-5, 1e-5, 0.1), row(1.05e-5, 1e-5, 0.1)], "4x4")
     assert "| 4x4 | 16 | ranked | 1.00x | 1.00x | 0 / 2 / 0 |" in text
     assert "| 8x8 | 64 | ranked | 1.45x | 1.52x | 1 / 1 / 0 |" in text
+
+
+def test_the_mutants_take_their_share_of_the_searched_part(monkeypatch):
+    """``--local SHARE``: after the carried-over scripts and the model's kernel, that share of
+    what is left is timed as mutants, the rest searched (16: 8 carried over, 1 model, 7)."""
+    from types import SimpleNamespace
+
+    import training.optimize.kernel as kernel
+
+    configs = []
+
+    def optimize(model, tokenizer, wl, *, config, sampling, evaluator, cost_model, corpus):
+        configs.append(config)
+        return SimpleNamespace(candidates=[], spent={}, seconds={})
+
+    monkeypatch.setattr(kernel, "optimize", optimize)
+    for share in (0.0, 1.0, 0.4):
+        bench.dragon("softmax(m=384,n=768)", 16, 0, None, None, None, None, 0.1, 16,
+                     transfer=8, corpus=[], local=share)
+    assert [(c.transfer, c.k, c.local, c.search) for c in configs] == \
+        [(8, 1, 0, 7), (8, 1, 7, 0), (8, 1, 3, 4)]
+
+
+def test_local_vs_search_tables_each_configuration_against_the_search_alone(
+        monkeypatch, tmp_path, capsys):
+    import contextlib
+
+    import codegen.measure
+    import local_vs_search
+    import training.cli.common
+
+    latency = {"search": 2e-4, "local 1": 1e-4, "local 0.5": 4e-4}   # us: 200, 100, 400
+
+    def dragon(spec, budget, seed, *args):
+        name = "search" if args[-1] == 0 else f"local {args[-1]:g}"
+        return bench.Side("dragon", [(name, latency[name])], {"search": 30.0}.get(name, 10.0),
+                          {"sources": ["search"], "latencies_s": [latency[name]]})
+
+    def head_to_head(ev, spec, scripts, retimes):
+        return {n: {"median_s": latency[n], "spread_s": 0.0, "status": "correct"}
+                for n in scripts}
+
+    monkeypatch.setattr(bench, "dragon", dragon)
+    monkeypatch.setattr(bench, "head_to_head", head_to_head)
+    monkeypatch.setattr(bench, "kept_records", lambda: [])
+    monkeypatch.setattr(training.cli.common, "load_model", lambda path: (None, None))
+    monkeypatch.setattr(codegen.measure, "Evaluator",
+                        lambda *a, **k: contextlib.nullcontext())
+    out = tmp_path / "local.json"
+    assert local_vs_search.main(["--workloads", "softmax(m=384,n=768)", "matmul(m=64,n=64,k=64)",
+                                 "--share", "1", "0.5", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "softmax(m=384,n=768)" in text and "200.0      100.0      400.0" in text
+    geomeans = next(line for line in text.splitlines() if line.startswith("search over each"))
+    assert geomeans.split()[-3:] == ["1.000", "2.000", "0.500"]
+    assert "2 / 0" in text and "0 / 2" in text
+    assert text.rstrip().endswith("60         20         20")
+    import json
+
+    assert len(json.loads(out.read_text())["workloads"]) == 2
