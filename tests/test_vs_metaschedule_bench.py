@@ -101,8 +101,9 @@ def test_local_vs_search_tables_each_configuration_against_the_search_alone(
         monkeypatch, tmp_path, capsys):
     import contextlib
 
-    import codegen.measure
     import local_vs_search
+
+    import codegen.measure
     import training.cli.common
 
     latency = {"search": 2e-4, "local 1": 1e-4, "local 0.5": 4e-4}   # us: 200, 100, 400
