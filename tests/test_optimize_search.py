@@ -451,6 +451,13 @@ def test_mutants_of_the_fastest_are_timed_last(samples_all, monkeypatch):
     assert [r.measured for r in result.rounds] == [3, 1, 2, 1, 1]
     assert result.measurements == 2 + 3 + 1 + 3 + 1 + 3
     assert result.best.script == SCRIPTS[4] and result.best.source == "local"
+    from training.cli.optimize import format_report
+
+    report = format_report(result, None)
+    assert f"best script (a mutant of the fastest kernels, round {result.best.round}):" in report
+    rows = [line.split()[:3] for line in report.splitlines() if line.split()[:1] in
+            (["1"], ["2"], ["4"])]
+    assert rows == [["1", "search", "1"], ["2", "mutants", "of"], ["4", "search", "1"]]
     with pytest.raises(ValueError, match="local >= 0"):
         OptimizeConfig(local=-1)
     with pytest.raises(ValueError, match="local_round >= 1"):
