@@ -152,7 +152,7 @@ def dragon(spec: str, trials: int, seed: int, model, tokenizer, cost_model_path:
     untrained, as MetaSchedule's), "seeding" (the search starts from random samples, not from
     the model's scripts) or "model" (the model's rounds cut to one sample).  ``refine_search``:
     the model's refinements of the best so far between the search's rounds (counted in it).
-    ``local``: the share of the search's part timed first from mutants of the fastest kernels
+    ``local``: the share of the search's part timed last, as mutants of the fastest kernels
     (``OptimizeConfig.local``)."""
     from codegen.workloads import workload
     from training.optimize.kernel import OptimizeConfig, optimize

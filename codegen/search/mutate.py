@@ -32,54 +32,41 @@ _TRIES_PER_MUTANT = 8
 def mutants(workload: Any, target: Any, parents: Sequence[str], count: int, *, seed: int = 0,
             rules: str | None = None, exclude: Sequence[str] = ()) -> list[str]:
     """Up to ``count`` distinct canonical scripts, each one mutation of one of ``parents``
-    (taken in turn, the first first), none of them a parent or in ``exclude``; reproducible
-    from ``seed``.  Parents that do not replay on ``workload`` or are not of a design space's
-    shape are skipped; with none left, the list is empty."""
-    from tvm.s_tir import meta_schedule as ms
+    (taken in turn, the first first), none of them a parent or in ``exclude`` (canonical
+    scripts, as ``dragon_dsl.format`` writes them); reproducible from ``seed``.  Parents that
+    do not replay on ``workload`` or are not of a design space's shape are skipped; with none
+    left, the list is empty."""
     from tvm.s_tir.meta_schedule import _ffi_api
-    from tvm.s_tir.schedule import Schedule
 
     import dragon_dsl
 
-    from ..targets import (
-        as_module,
-        as_target,
-        default_rules,
-        import_tensor_intrinsics,
-        postproc_set,
-        schedule_rules,
-    )
+    from ..targets import as_module, as_target, default_rules, import_tensor_intrinsics
     from .space import search_space
-    from .tune import _encode, _shape, _unsearchable
+    from .tune import _encode, _shape, _unsearchable, tune_context
 
     if count < 1 or not parents:
         return []
     import_tensor_intrinsics()
     tgt = as_target(target)
     rules = rules or default_rules(tgt)
-    pp_set = postproc_set(rules)
     mod = as_module(workload)
+    space = search_space(mod, tgt, rules)
+    shapes = space.derived("shapes", lambda sp: frozenset(_shape(s.trace) for s in sp.spaces))
     rng = random.Random(seed)
-    ctx = ms.TuneContext(
-        mod=mod, target=tgt,
-        space_generator=ms.space_generator.PostOrderApply(
-            sch_rules=schedule_rules(rules), postprocs=pp_set, mutator_probs=pp_set),
-        task_name="main", rand_state=rng.randrange(1, 2**31 - 1), num_threads=1)
-    shapes = {_shape(s.trace) for s in search_space(mod, tgt, rules).spaces}
-    traces = []
+    ctx = tune_context(mod, tgt, rules, seed=rng.randrange(1, 2**31 - 1))
+    traces, seen = [], set(exclude)
     for script in parents:
         try:
             trace = dragon_dsl.to_schedule(script, workload=workload, target=tgt).trace
         except Exception:  # noqa: BLE001  the language or TVM refuses it: skipped
             continue
+        seen.add(dragon_dsl.format(script))
         if _unsearchable(ctx, trace, shapes) is None:
             traces.append(trace)
     if not traces:
         return []
     mutators = list(ctx.space_generator.mutator_probs.items())
     weights = [float(p) for _, p in mutators]
-    postprocs = list(ctx.space_generator.postprocs)
-    seen = {_canonical(s) for s in [*parents, *exclude] if s}
     out: list[str] = []
     for attempt in range(count * _TRIES_PER_MUTANT):
         if len(out) >= count:
@@ -89,28 +76,10 @@ def mutants(workload: Any, target: Any, parents: Sequence[str], count: int, *, s
         mutated = _ffi_api.MutatorApply(mutator, trace, rng.randrange(1, 2**31 - 1))
         if mutated is None:
             continue
-        sch = Schedule(mod, seed=rng.randrange(1, 2**31 - 1))
-        try:
-            mutated.apply_to_schedule(sch, remove_postproc=True)
-            sch.enter_postproc()
-            if not all(p.apply(sch) for p in postprocs):
-                continue
-        except Exception:  # noqa: BLE001  a mutated decision that does not fit is a rejection
-            continue
-        script = _encode(sch.trace, workload, tgt, pp_set)
+        replayed = space.replay(mutated, rng.randrange(1, 2**31 - 1))
+        script = _encode(replayed, workload, tgt, space.postproc_set) \
+            if replayed is not None else None
         if script is not None and script not in seen:
             seen.add(script)
             out.append(script)
     return out
-
-
-def _canonical(script: str) -> str:
-    """The script's canonical text; the text itself when it does not parse (a candidate that
-    failed to parse is excluded as it was written)."""
-    import dragon_dsl
-    from dragon_dsl.errors import DragonError
-
-    try:
-        return dragon_dsl.format(script)
-    except DragonError:
-        return script

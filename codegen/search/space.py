@@ -56,15 +56,23 @@ class SearchSpace:
 
     def sample(self, seed: int):
         """One trace with fresh decisions, post-processed (None when a postprocessor rejects)."""
-        from tvm.s_tir.schedule import Schedule, Trace
+        from tvm.s_tir.schedule import Trace
 
         rng = random.Random(seed)
         design = self.spaces[rng.randrange(len(self.spaces))].trace
-        sch = Schedule(self.mod, seed=rng.randrange(1, 2**31 - 1))
+        return self.replay(Trace(design.insts, {}), rng.randrange(1, 2**31 - 1))
+
+    def replay(self, trace, seed: int):
+        """``trace`` replayed on the workload (its decisions kept, the missing ones sampled
+        from ``seed``) and post-processed by the rule set, as MetaSchedule's ThreadedTraceApply
+        does; None when a decision does not fit or a postprocessor rejects."""
+        from tvm.s_tir.schedule import Schedule
+
+        sch = Schedule(self.mod, seed=seed)
         try:
-            Trace(design.insts, {}).apply_to_schedule(sch, remove_postproc=True)
-            sch.enter_postproc()  # as MetaSchedule's ThreadedTraceApply does
-        except Exception:  # noqa: BLE001  a sampled decision that does not fit is a rejection
+            trace.apply_to_schedule(sch, remove_postproc=True)
+            sch.enter_postproc()
+        except Exception:  # noqa: BLE001  a decision that does not fit is a rejection
             return None
         for postproc in self.postprocs:
             if not postproc.apply(sch):

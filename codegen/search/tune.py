@@ -101,6 +101,20 @@ def _runner_result(outcome: Outcome):
     return RunnerResult(run_secs=None, error_msg=f"{outcome.status.value}: {outcome.message}"[:500])
 
 
+def tune_context(mod, tgt, rules: str, *, seed: int, threads: int = 1, strategy: Any = None):
+    """A MetaSchedule ``TuneContext`` for ``mod`` under the rule set ``rules``: its schedule
+    rules, its postprocessors, its mutators with their probabilities, and ``strategy`` (a
+    search strategy, or none)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    pp_set = postproc_set(rules)
+    return ms.TuneContext(
+        mod=mod, target=tgt,
+        space_generator=ms.space_generator.PostOrderApply(
+            sch_rules=schedule_rules(rules), postprocs=pp_set, mutator_probs=pp_set),
+        search_strategy=strategy, task_name="main", rand_state=seed, num_threads=threads)
+
+
 def _encode(trace, workload, tgt, pp_set: str) -> str | None:
     import dragon_dsl
     from dragon_dsl.errors import DragonError
@@ -266,14 +280,9 @@ def search(workload: Any, target: Any, evaluator: Any, config: SearchConfig | No
     tgt = as_target(target)
     rules = rules or default_rules(tgt)
     pp_set = postproc_set(rules)
-    ctx = ms.TuneContext(
-        mod=mod, target=tgt,
-        space_generator=ms.space_generator.PostOrderApply(
-            sch_rules=schedule_rules(rules), postprocs=pp_set, mutator_probs=pp_set),
-        search_strategy=ms.search_strategy.EvolutionarySearch(
-            population_size=config.population),
-        task_name="main", rand_state=config.seed,
-        num_threads=threads or os.cpu_count() or 1)
+    ctx = tune_context(mod, tgt, rules, seed=config.seed, threads=threads or os.cpu_count() or 1,
+                       strategy=ms.search_strategy.EvolutionarySearch(
+                           population_size=config.population))
     if work_dir is not None:
         database = ms.database.JSONDatabase(work_dir=work_dir, module_equality="structural")
     else:

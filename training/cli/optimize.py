@@ -94,9 +94,10 @@ def format_report(result, out: str | None) -> str:
                      format_latency(start.given.latency_s),
                      format_ratio(speedup(unscheduled, start.given.latency_s))])
     for r in result.rounds:
-        prompt = r.prompt if r.prompt_latency_s is None or r.prompt == "search" else \
-            f"{'mutants of' if r.prompt == 'local' else 'refine'} " \
-            f"{format_latency(r.prompt_latency_s)}"
+        # A round from a kernel so far names it; a search round's latency is only its best.
+        source = {"local": "mutants of", "search": None}.get(r.prompt, "refine")
+        prompt = r.prompt if r.prompt_latency_s is None or source is None else \
+            f"{source} {format_latency(r.prompt_latency_s)}"
         rows.append([str(r.index), prompt, str(r.attempts), str(r.measured), str(r.correct),
                      format_latency(r.round_best_s), format_latency(r.best_s),
                      format_ratio(speedup(unscheduled, r.best_s))])
