@@ -56,6 +56,8 @@ HELD_OUT = [
 ]
 BUDGETS = (8, 16, 32, 64)
 TARGET = {"kind": "llvm", "num-cores": 2}
+# dragon's default split of a budget (the flags' defaults; local_vs_search.py uses them too)
+MODEL_SHARE, WIDTH, TRANSFER = 0.1, 16, 8
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -237,17 +239,17 @@ def main(argv: list[str] | None = None) -> int:
                    help="The cost model file (default: the built-in one, as dragon optimize "
                         "on an llvm kernel), or 'none' (the search starts MetaSchedule's "
                         "untrained XGBoost, nothing ranks the samples).")
-    p.add_argument("--model-share", type=float, default=0.1,
+    p.add_argument("--model-share", type=float, default=MODEL_SHARE,
                    help="The share of each budget (after --transfer) timed from the model's "
                         "rounds; at least one kernel.  Default 0.1 (two rounds of 3 at 64); "
                         "0.27 until the thirty-fourth session, which measured the same "
                         "kernels in 9%% less wall clock at 0.1 (docs/vs-metaschedule; "
                         "--ablate model cuts them to one kernel).")
-    p.add_argument("--width", type=int, default=16,
+    p.add_argument("--width", type=int, default=WIDTH,
                    help="Samples per model round (and carried-over scripts) for the cost "
                         "model to rank; 16, as dragon optimize (32 until the thirty-fourth "
                         "session).")
-    p.add_argument("--transfer", type=int, default=8,
+    p.add_argument("--transfer", type=int, default=TRANSFER,
                    help="Kernels carried over from the kept corpus (the nearest workloads of "
                         "the family, refitted) timed first, at most half each budget; 0: none.")
     p.add_argument("--refine-search", type=int, default=0,

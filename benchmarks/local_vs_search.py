@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             entry = {"workload": spec, "sides": {}}
             for name, share in configs.items():
                 side = bench.dragon(spec, args.budget, args.seed, model, tokenizer,
-                                    str(DEFAULT_MODEL / "cost_model.tar"), ev, 0.1, 16, None,
-                                    8, corpus, 0, share)
+                                    str(DEFAULT_MODEL / "cost_model.tar"), ev, bench.MODEL_SHARE,
+                                    bench.WIDTH, None, bench.TRANSFER, corpus, 0, share)
                 entry["sides"][name] = {"script": side.best_of_first(args.budget)[0],
                                         "seconds": side.seconds, **side.extra}
                 print(f"{spec}: {name}, {side.seconds:.0f} s", flush=True)
