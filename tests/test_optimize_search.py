@@ -281,7 +281,17 @@ def transfer_corpus():
     return Path(__file__).resolve().parent.parent / "corpus" / "llvm"
 
 
-def test_with_a_cost_model_width_scripts_are_carried_over_and_its_first_k_timed(samples_all):
+@pytest.mark.parametrize("nearest,timed", [
+    (0, [3, 4, 5]),    # the cost model's three
+    (1, [0, 4, 5]),    # its first two and the nearest workload's fastest (the default)
+    (2, [0, 1, 5]),
+    (3, [0, 1, 2]),
+])
+def test_with_a_cost_model_width_scripts_are_carried_over_and_its_first_k_timed(
+        samples_all, nearest, timed):
+    """Of ``width`` carried over, the ``transfer`` the cost model ranks first are timed, but
+    for ``transfer_nearest``: the first carried over (the nearest workloads' fastest) that
+    it did not rank first."""
     from training.datagen.records import RecordStore
     from training.optimize import transfer
 
@@ -290,10 +300,13 @@ def test_with_a_cost_model_width_scripts_are_carried_over_and_its_first_k_timed(
     every = [t.script for t in transfer.transferred(SPEC, records, ev.target, limit=6)]
     assert len(every) == 6
     cost = _CostModel(lambda s: every.index(s) if s in every else -1)  # prefers the last ones
-    optimize(None, None, SPEC, config=OptimizeConfig(k=1, rounds=0, transfer=3, width=6),
+    optimize(None, None, SPEC, config=OptimizeConfig(k=1, rounds=0, transfer=3, width=6,
+                                                     transfer_nearest=nearest),
              evaluator=ev, start=_start(ev), corpus=records, cost_model=cost)
-    assert ev.timed[:3] == every[3:]
-    assert cost.updates[0] == (every[3:], [4.5e-3] * 3)       # and it learns from them
+    assert ev.timed[:3] == [every[i] for i in timed]
+    assert cost.updates[0] == (ev.timed[:3], [4.5e-3] * 3)    # and it learns from them
+    with pytest.raises(ValueError, match="transfer_nearest >= 0"):
+        OptimizeConfig(transfer_nearest=-1)
 
 
 def test_a_search_that_fails_keeps_what_it_timed_and_says_why(samples_all, monkeypatch):

@@ -129,6 +129,12 @@ class OptimizeConfig:
                 "the same family, fitted to this one's loops: training.optimize.transfer) "
                 "timed before the model's first round, which then refines the best of them; "
                 "needs a corpus (0: none)."})
+    transfer_nearest: int = field(default=1, metadata={
+        "help": "Of the transfer scripts timed, this many are the nearest workloads' fastest "
+                "that the cost model did not rank among the first (a hedge against a cost "
+                "model wrong on a workload unlike those it learned: on a held-out sum "
+                "reduction it ranked last the scripts 1.4x faster than those it picked); 0: "
+                "every one the cost model's pick."})
     budget: int | None = field(default=None, metadata={
         "help": "Kernels timed at most, all counted: the baselines, the script to refine, each "
                 "distinct sampled script and the final re-timing of the best beside the "
@@ -155,6 +161,9 @@ class OptimizeConfig:
                              f"local={self.local}, local_round={self.local_round}")
         if not self.transfer >= 0:
             raise ValueError(f"Expected transfer >= 0 but got transfer={self.transfer}")
+        if not self.transfer_nearest >= 0:
+            raise ValueError(f"Expected transfer_nearest >= 0 but got "
+                             f"transfer_nearest={self.transfer_nearest}")
         if self.budget is not None and not self.budget >= 1:
             raise ValueError(f"Expected budget >= 1 but got budget={self.budget}")
 
@@ -490,7 +499,8 @@ class _Search:
     def run_transfer(self, corpus: Any) -> None:
         """Times ``config.transfer`` scripts carried over from ``corpus`` (what the budget
         leaves, at most): the first round, "corpus".  With a cost model, ``config.width`` are
-        carried over and the ones it ranks first are timed."""
+        carried over and the ones it ranks first are timed, but for ``config.transfer_nearest``
+        of them: the nearest workloads' fastest it did not rank first."""
         from training.optimize.transfer import transferred
 
         n = int(min(self.config.transfer, self.account.left()))
@@ -500,7 +510,8 @@ class _Search:
         spec = str(getattr(self.workload, "spec", self.workload))
         width = max(n, self.config.width or n) if self.cost_model is not None else n
         carried = transferred(spec, corpus, self.target, workload=self.workload, limit=width)
-        new = self._measure([_canonical(t.script) for t in carried], n, 0, "corpus")
+        new = self._measure([_canonical(t.script) for t in carried], n, 0, "corpus",
+                            nearest=self.config.transfer_nearest)
         self._record(0, "corpus", None, len(carried), new, new)
 
     def run(self, progress: bool, label: str = "") -> None:
@@ -543,11 +554,12 @@ class _Search:
         self._record(index, kind or prompt_kind, prompt_latency, len(samples), new, texts)
         return samples, [(t, self.seen[t].outcome) for t in new]
 
-    def _measure(self, texts: list[str], n: int, index: int, source: str) -> list[str]:
+    def _measure(self, texts: list[str], n: int, index: int, source: str,
+                 nearest: int = 0) -> list[str]:
         """The ``n`` distinct scripts of ``texts`` not timed before that the cost model ranks
-        first, timed, kept as round ``index``'s candidates from ``source`` and taught to the
-        cost model; those scripts, in order."""
-        new = self._ranked([t for t in dict.fromkeys(texts) if t not in self.seen], n)
+        first (``_ranked``), timed, kept as round ``index``'s candidates from ``source`` and
+        taught to the cost model; those scripts, in order."""
+        new = self._ranked([t for t in dict.fromkeys(texts) if t not in self.seen], n, nearest)
         outcomes = self.evaluator.evaluate(self.workload, new) if new else []
         for text, outcome in zip(new, outcomes, strict=True):
             self.seen[text] = Candidate(text, outcome, index, source)
@@ -566,14 +578,17 @@ class _Search:
             index, kind, prompt_latency, sampled, len(new), len(latencies),
             min(latencies) if latencies else None, best.outcome.latency_s if best else None))
 
-    def _ranked(self, texts: list[str], n: int) -> list[str]:
-        """The ``n`` of ``texts`` the cost model ranks first (in their order when there is no
-        cost model or no more than ``n``)."""
+    def _ranked(self, texts: list[str], n: int, nearest: int = 0) -> list[str]:
+        """The ``n`` of ``texts`` the cost model ranks first, or ``n - nearest`` of them and
+        the first ``nearest`` of ``texts`` not among those; in their order (the first ``n``
+        when there is no cost model or no more than ``n``)."""
         if len(texts) <= n or self.cost_model is None:
             return texts[:n]
         scores = self.cost_model.score(self.workload, self.target, texts)
         order = sorted(range(len(texts)), key=lambda i: -scores[i])
-        return [texts[i] for i in sorted(order[:n])]
+        keep = set(order[:n - min(nearest, n)])
+        keep.update([i for i in range(len(texts)) if i not in keep][:n - len(keep)])
+        return [texts[i] for i in sorted(keep)]
 
     def _learn(self, texts: list[str], outcomes: list[Any]) -> None:
         if self.cost_model is not None and texts:
