@@ -41,14 +41,16 @@ def _pool(spec, wl, corpus, neighbours: int, per_neighbour: int) -> list[str]:
 
 
 def _top(scripts: list[str], scores: dict[str, float], n: int) -> list[str]:
-    return sorted(scripts, key=lambda s: -scores[s])[:n]
+    return _mixed(scripts, scores, n, 0)
 
 
 def _mixed(pool: list[str], scores: dict[str, float], n: int, nearest: int) -> list[str]:
     """The ``n - nearest`` the cost model ranks first, then the ``nearest`` first of the pool
-    (the nearest workloads' fastest) not among them."""
-    top = _top(pool, scores, n - nearest)
-    return top + [s for s in pool if s not in top][:nearest]
+    (the nearest workloads' fastest) not among them: ``optimize``'s own choice
+    (``training.optimize.kernel.ranked_picks``, ``--transfer-nearest``)."""
+    from training.optimize.kernel import ranked_picks
+
+    return [pool[i] for i in ranked_picks([scores[s] for s in pool], n, nearest)]
 
 
 def _retime(evaluator, spec: str, scripts: list[str], rounds: int) -> dict[str, list]:

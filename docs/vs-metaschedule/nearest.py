@@ -15,6 +15,7 @@ from bench_vs_metaschedule import kept_records
 from transfer_pool import _pool
 
 from codegen.workloads import workload
+from training.optimize.kernel import ranked_picks
 
 corpus = kept_records()
 for path in sys.argv[1:]:
@@ -31,12 +32,11 @@ for path in sys.argv[1:]:
             v = [lat[s] for s in ss if lat[s]]
             return min(v) if v else math.inf
 
-        order = sorted(pool, key=lambda s: -sc[s])
-        ranked = best(order[:8])
+        scores = [sc[s] for s in pool]
+        ranked = best([pool[i] for i in ranked_picks(scores, 8)])
         out = []
         for j in (1, 2):
-            top = order[: 8 - j]
-            mixed = top + [s for s in pool if s not in top][:j]
+            mixed = [pool[i] for i in ranked_picks(scores, 8, j)]
             r = ranked / best(mixed)
             logs[j].append(math.log(r))
             out.append(f"n{j}={r:.3f}")

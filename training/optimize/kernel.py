@@ -36,6 +36,7 @@ search's database: one more mutator of the population's best.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,7 +57,7 @@ from training.optimize.propose import ProposeError
 from training.sampling.config import SamplingConfig
 
 __all__ = ["MEASURE", "Candidate", "OptimizeConfig", "OptimizeError", "OptimizeResult",
-           "RefineError", "Round", "Start", "measure_start", "optimize"]
+           "RefineError", "Round", "Start", "measure_start", "optimize", "ranked_picks"]
 
 # How ``optimize`` measures unless told otherwise (``dragon optimize``'s flags, the demo and the
 # benchmark against MetaSchedule): ``MeasureConfig``'s defaults, but a script's build or run
@@ -447,6 +448,21 @@ def optimize(model, tokenizer, workload: Any, target: Any = None, *,
             evaluator.close()
 
 
+def ranked_picks(scores: Sequence[float], n: int, nearest: int = 0) -> list[int]:
+    """Of candidates scored ``scores`` (higher: ranked first) in their pool's order, the
+    indices of the ``n - nearest`` ranked first, best first, then of the first ``nearest`` of
+    the pool not among those (a pool that lists the nearest workloads' scripts first gives
+    their fastest); ``n`` in all, at most.
+
+    >>> ranked_picks([0.1, 0.2, 0.9, 0.8, 0.7], 3, nearest=1)
+    [2, 3, 0]
+    """
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    top = order[:n - min(nearest, n)]
+    chosen = set(top)
+    return top + [i for i in range(len(scores)) if i not in chosen][:n - len(top)]
+
+
 def _check_target(target: Any, evaluator: Any) -> None:
     """Refuses a ``target`` other than ``evaluator``'s: scripts written for one target and
     measured on another would be reported as the evaluator's."""
@@ -585,10 +601,7 @@ class _Search:
         if len(texts) <= n or self.cost_model is None:
             return texts[:n]
         scores = self.cost_model.score(self.workload, self.target, texts)
-        order = sorted(range(len(texts)), key=lambda i: -scores[i])
-        keep = set(order[:n - min(nearest, n)])
-        keep.update([i for i in range(len(texts)) if i not in keep][:n - len(keep)])
-        return [texts[i] for i in sorted(keep)]
+        return [texts[i] for i in sorted(ranked_picks(scores, n, nearest))]
 
     def _learn(self, texts: list[str], outcomes: list[Any]) -> None:
         if self.cost_model is not None and texts:
